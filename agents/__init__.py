@@ -1,0 +1,1 @@
+"""passkt.agents: policies, prompts, the rollout engine and trainers."""

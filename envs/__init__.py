@@ -1,0 +1,50 @@
+"""passkt.envs: Gymnasium tool-use environments for LLM agents.
+
+``import passkt.envs`` registers ``Math-v0``, ``ComparisonQA-v0`` and ``BridgeQA-v0``;
+``gym.make("passkt.envs:BridgeQA-v0")`` imports and registers in one step.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from passkt.envs.errors import (
+    DatasetFormatError,
+    MissingDependencyError,
+    PassktError,
+    UnknownSourceError,
+    UnknownTaskError,
+)
+from passkt.envs.tasks import SOURCES, Paragraph, Task, load_tasks, register_source
+
+ENV_SPECS: dict[str, dict] = {
+    "Math-v0": dict(entry_point="passkt.envs.math_env:MathEnv"),
+    "ComparisonQA-v0": dict(entry_point="passkt.envs.comparison_qa:ComparisonQAEnv"),
+    "BridgeQA-v0": dict(entry_point="passkt.envs.bridge_qa:BridgeQAEnv"),
+}
+"""The registry as data: env id -> ``gymnasium.register`` arguments."""
+
+
+def register_envs() -> None:
+    """Register every passkt env with Gymnasium (idempotent; also the plugin entry point)."""
+    for env_id, spec in ENV_SPECS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, disable_env_checker=True, **spec)
+
+
+register_envs()
+
+__all__ = [
+    "ENV_SPECS",
+    "SOURCES",
+    "DatasetFormatError",
+    "MissingDependencyError",
+    "Paragraph",
+    "PassktError",
+    "Task",
+    "UnknownSourceError",
+    "UnknownTaskError",
+    "load_tasks",
+    "register_envs",
+    "register_source",
+]

@@ -1,0 +1,38 @@
+"""Exceptions raised by passkt (one module, like ``gymnasium.error``)."""
+
+from __future__ import annotations
+
+
+class PassktError(Exception):
+    """Base class of every error passkt raises on purpose."""
+
+
+class UnknownSourceError(PassktError, ValueError):
+    """A task source name that is not registered."""
+
+
+class DatasetFormatError(PassktError, ValueError):
+    """A dataset file whose content is not what the loader expects.
+
+    The message always names the file, the record and the key, and says how to fix it.
+    """
+
+    def __init__(self, path: object, record: object, key: object, problem: str) -> None:
+        self.path, self.record, self.key = path, record, key
+        super().__init__(f"{path}: record {record}: key {key!r}: {problem}")
+
+
+class UnknownTaskError(PassktError, KeyError):
+    """A ``task_id`` that the env's task list does not contain."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0])
+
+
+class MissingDependencyError(PassktError, ImportError):
+    """An optional dependency is not installed; the message names the pip extra."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        super().__init__(
+            f"{package} is not installed. Install it with: pip install 'passkt[{extra}]'"
+        )

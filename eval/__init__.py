@@ -1,0 +1,1 @@
+"""passkt.eval: the PASS@(k,T) evaluator, statistics, plots and the ``passkt`` CLI."""
