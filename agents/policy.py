@@ -2,8 +2,8 @@
 
 A policy turns a batch of conversations into a batch of completions. Backends: transformers
 (``HFPolicy``), the vLLM offline engine (``VLLMPolicy``), any OpenAI-compatible server
-(``OpenAIPolicy``) and scripted policies (``OraclePolicy``, ``HeuristicPolicy``). To plug in your own
-agent, implement ``generate``; nothing else is required.
+(``OpenAIPolicy``) and scripted policies (``OraclePolicy``, ``HeuristicPolicy``). To plug in
+your own agent, implement ``generate``; nothing else is required.
 
 Policies that can continue an exact token sequence also implement ``TokenPolicy``: the rollout
 engine then builds each episode's tokens incrementally, so the ids it trains on are exactly the ids

@@ -1,0 +1,424 @@
+"""The rollout engine: many episodes in lock-step, one batched ``generate`` per round.
+
+Shared by the evaluator and the trainers. Each round collects every live episode (tasks x samples,
+plus the budget branches described below), asks the policy for one completion each in a single
+batched call, and steps every env with its completion.
+
+Token bookkeeping. For a ``TokenPolicy`` (transformers, vLLM) an episode's token sequence is built
+incrementally: the chat-templated prompt, then each turn's sampled ids exactly as the policy
+returned them, then the template's tokens for the next observation. Generated text is never re-
+tokenized, so ``policy_mask`` marks exactly the ids that were sampled and ``logprobs`` are their
+sampling log-probabilities: what a trainer needs.
+
+Budget branches (prefix sharing). With a hidden budget, an episode with budget t is, turn for turn,
+the prefix of an episode with a larger budget until its t-th tool call, where it alone sees the
+final notice. So one main episode runs at ``max(budgets)`` and, each time its call count reaches a
+smaller budget t, the engine forks a branch (``env.fork(t)``) that sees the notice and must answer
+in one more turn. The outcome for T = t is that branch, or the main episode itself when it answered
+before making t calls. Cost: O(T_max) turns per sample instead of O(T_max^2).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import gymnasium as gym
+from tqdm.auto import tqdm
+
+from passkt.agents.policy import (
+    Completion,
+    Conversation,
+    Message,
+    Policy,
+    SamplingParams,
+    TokenPolicy,
+)
+from passkt.agents.prompts import initial_conversation
+
+logger = logging.getLogger(__name__)
+
+_SENTINEL = "\u2063PASSKT_SENTINEL\u2063"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One agent turn: the completion, the action it was parsed as, and the env's reply."""
+
+    completion: Completion
+    action: str
+    """``search``, ``answer`` or ``invalid`` (as the env parsed it)."""
+    observation: str
+    """The env's reply; empty after the final action."""
+
+
+@dataclass
+class Episode:
+    """One episode (or budget branch) with its transcript, outcome and token record."""
+
+    task_id: str
+    sample: int
+    budget: int
+    category: str
+    messages: list[Message] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    tool_calls: int = 0
+    answer: str | None = None
+    reward: float = 0.0
+    correct: bool = False
+    f1: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    token_ids: list[int] = field(default_factory=list)
+    """The whole sequence (prompt, turns, observations); filled when token ids are known."""
+    policy_mask: list[bool] = field(default_factory=list)
+    """True exactly at policy tokens (trainable); prompt and observation tokens are False."""
+    logprobs: list[float] = field(default_factory=list)
+    """Sampling log-probability at policy tokens, 0.0 elsewhere."""
+    generated_tokens: int = 0
+    """Tokens this episode generated itself (a branch does not count its shared prefix). For a
+    policy without token ids and no tokenizer, whitespace-separated words."""
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    @property
+    def actions(self) -> list[str]:
+        return [turn.action for turn in self.turns]
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-ready dict (no token arrays) for result files."""
+        return {
+            "task_id": self.task_id,
+            "sample": self.sample,
+            "budget": self.budget,
+            "category": self.category,
+            "correct": self.correct,
+            "reward": self.reward,
+            "f1": self.f1,
+            "answer": self.answer,
+            "tool_calls": self.tool_calls,
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            "actions": self.actions,
+            "generated_tokens": self.generated_tokens,
+            "messages": self.messages,
+        }
+
+
+@dataclass(frozen=True)
+class RolloutStats:
+    """Cost of one rollout."""
+
+    policy_calls: int
+    generated_tokens: int
+    generate_seconds: float
+    wall_seconds: float
+    episodes: int
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    episodes: list[Episode]
+    """One per (task_id, sample, budget): task-major, then sample, then budget."""
+    stats: RolloutStats
+
+
+class ChatTokens:
+    """Token ids of chat-templated prompts and of observation turns, for one tokenizer."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError(
+                f"Tokenizer {type(tokenizer).__name__} has no chat template; set "
+                "tokenizer.chat_template (or pass chat_template= to HFPolicy)."
+            )
+        self.tokenizer = tokenizer
+        self._suffix_cache: dict[str, list[int]] = {}
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def prompt_ids(self, messages: Conversation) -> list[int]:
+        """Ids of ``messages`` followed by the assistant generation prompt."""
+        text = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        return self.encode(text)
+
+    def observation_ids(self, observation: str) -> list[int]:
+        """Ids that follow an assistant turn: end of turn, the user observation, generation prompt.
+
+        Taken from the template itself by rendering a conversation whose assistant turn is a
+        sentinel, so it is right for any chat template (ChatML, Llama 3, SmolLM2 ...).
+        """
+        cached = self._suffix_cache.get(observation)
+        if cached is not None:
+            return cached
+        messages = [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": _SENTINEL},
+            {"role": "user", "content": observation},
+        ]
+        text = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        cut = text.find(_SENTINEL)
+        if cut < 0:
+            raise ValueError("The chat template dropped the assistant message; cannot build turns.")
+        ids = self.encode(text[cut + len(_SENTINEL) :])
+        if len(self._suffix_cache) < 4096:
+            self._suffix_cache[observation] = ids
+        return ids
+
+
+@dataclass
+class _Live:
+    """A running episode: its record, its env, and the observation it has yet to answer."""
+
+    episode: Episode
+    env: Any
+    pending_ids: list[int] = field(default_factory=list)
+    """Ids to append before the next generation (the latest observation turn)."""
+    is_branch: bool = False
+
+
+def _seed_for(seed: int, round_index: int) -> int:
+    return (seed * 1_000_003 + round_index * 7919) % (2**31 - 1)
+
+
+def rollout(
+    policy: Policy,
+    env_id: str,
+    task_ids: Sequence[str],
+    *,
+    n: int = 1,
+    budgets: Sequence[int] = (5,),
+    env_kwargs: Mapping[str, Any] | None = None,
+    params: SamplingParams | None = None,
+    seed: int = 0,
+    share_prefix: bool | None = None,
+    tokenizer: Any = None,
+    progress: bool = False,
+) -> RolloutResult:
+    """Run ``n`` episodes of every task at every budget and return them with their cost.
+
+    Args:
+        policy: Any ``Policy``; a ``TokenPolicy`` also gets exact token records.
+        env_id: A registered env id, e.g. ``"BridgeQA-v0"``.
+        task_ids: Tasks to run (ids of the env's task list).
+        n: Samples per task.
+        budgets: The T values (``max_tool_calls``) to produce episodes for.
+        env_kwargs: Extra ``gym.make`` kwargs (not ``max_tool_calls``: use ``budgets``).
+        params: Sampling parameters; ``n`` must be 1 (samples are separate episodes).
+        seed: Seeds env resets and each round's sampling, so a run reproduces.
+        share_prefix: Fork budget branches from one main episode (default: whenever the env
+            hides its budget). ``False`` runs every budget on its own.
+        tokenizer: For a policy without token ids (scripted experts), tokenize its text with this
+            tokenizer to fill the token record (used for SFT data).
+        progress: Show a progress bar over finished episodes.
+    """
+    params = params or SamplingParams()
+    kwargs = dict(env_kwargs or {})
+    budgets = sorted({int(b) for b in budgets})
+    _check_rollout_args(kwargs, budgets, params, n)
+    t_start = time.perf_counter()
+
+    probe = gym.make(env_id, **kwargs, max_tool_calls=budgets[-1])
+    reveal = bool(getattr(probe.unwrapped, "reveal_budget", False))
+    probe.close()
+    if share_prefix is None:
+        share_prefix = not reveal
+    elif share_prefix and reveal:
+        raise ValueError("share_prefix=True needs a hidden budget; the env has reveal_budget=True.")
+
+    token_policy = isinstance(policy, TokenPolicy)
+    chat = (
+        ChatTokens(policy.tokenizer if token_policy else tokenizer)
+        if (token_policy or tokenizer is not None)
+        else None
+    )
+
+    main_budgets = [budgets[-1]] if share_prefix else budgets
+    fork_at = set(budgets[:-1]) if share_prefix else set()
+    live: list[_Live] = []
+    mains: dict[tuple[str, int, int], Episode] = {}
+    branches: dict[tuple[str, int, int], Episode] = {}
+    for index, (task_id, sample, budget) in enumerate(
+        (t, s, b) for t in task_ids for s in range(n) for b in main_budgets
+    ):
+        env = gym.make(env_id, **kwargs, max_tool_calls=budget)
+        observation, info = env.reset(seed=seed + index, options={"task_id": task_id})
+        episode = Episode(task_id, sample, budget, info["category"])
+        episode.messages = initial_conversation(info["category"], observation)
+        item = _Live(episode, env)
+        if chat is not None:
+            item.pending_ids = chat.prompt_ids(episode.messages)
+        mains[(task_id, sample, budget)] = episode
+        live.append(item)
+        if 0 in fork_at:
+            live.append(_fork(item, 0, chat, branches))
+
+    calls = 0
+    generated = 0
+    gen_seconds = 0.0
+    bar = tqdm(total=len(mains), desc="episodes", disable=not progress, leave=False)
+    round_index = 0
+    while live:
+        round_params = replace(params, seed=_seed_for(seed, round_index))
+        started = time.perf_counter()
+        completions = _generate(policy, live, chat, round_params, token_policy)
+        gen_seconds += time.perf_counter() - started
+        calls += 1
+        still: list[_Live] = []
+        for item, completion in zip(live, completions, strict=True):
+            generated += _record_turn(item, completion, chat, token_policy)
+            if item.episode.done:
+                if not item.is_branch:
+                    bar.update(1)
+                item.env.close()
+                continue
+            still.append(item)
+            calls_made = item.episode.tool_calls
+            if not item.is_branch and calls_made in fork_at:
+                still.append(_fork(item, calls_made, chat, branches))
+        live = still
+        round_index += 1
+    bar.close()
+
+    episodes = _collect(task_ids, n, budgets, share_prefix, mains, branches)
+    stats = RolloutStats(
+        policy_calls=calls,
+        generated_tokens=generated,
+        generate_seconds=gen_seconds,
+        wall_seconds=time.perf_counter() - t_start,
+        episodes=len(episodes),
+    )
+    return RolloutResult(episodes, stats)
+
+
+def _check_rollout_args(
+    kwargs: dict[str, Any], budgets: list[int], params: SamplingParams, n: int
+) -> None:
+    if "max_tool_calls" in kwargs:
+        raise ValueError("Pass the budget through budgets=, not env_kwargs['max_tool_calls'].")
+    if not budgets or budgets[0] < 0:
+        raise ValueError(f"budgets must be non-negative integers, got {budgets}")
+    if params.n != 1:
+        raise ValueError("rollout() draws samples as separate episodes: use n=, keep params.n=1.")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+
+
+def _fork(
+    item: _Live, budget: int, chat: ChatTokens | None, branches: dict[tuple, Episode]
+) -> _Live:
+    """A branch of ``item`` that sees the final notice now: the episode with budget ``budget``."""
+    env, observation = item.env.unwrapped.fork(budget)
+    main = item.episode
+    episode = copy.copy(main)
+    episode.budget = budget
+    episode.messages = [*main.messages[:-1], {"role": "user", "content": observation}]
+    episode.turns = list(main.turns)
+    episode.token_ids = list(main.token_ids)
+    episode.policy_mask = list(main.policy_mask)
+    episode.logprobs = list(main.logprobs)
+    episode.generated_tokens = 0
+    branch = _Live(episode, env, is_branch=True)
+    if chat is not None:
+        if main.turns:
+            branch.pending_ids = chat.observation_ids(observation)
+        else:
+            branch.pending_ids = chat.prompt_ids(episode.messages)
+    branches[(main.task_id, main.sample, budget)] = episode
+    return branch
+
+
+def _generate(
+    policy: Policy,
+    live: list[_Live],
+    chat: ChatTokens | None,
+    params: SamplingParams,
+    token_policy: bool,
+) -> list[Completion]:
+    if token_policy:
+        prompts = [item.episode.token_ids + item.pending_ids for item in live]
+        completions = policy.generate_ids(prompts, params)  # type: ignore[attr-defined]
+    else:
+        completions = policy.generate([item.episode.messages for item in live], params)
+    if len(completions) != len(live):
+        raise RuntimeError(
+            f"{type(policy).__name__}.generate returned {len(completions)} completions for "
+            f"{len(live)} conversations (expected one each with params.n=1)."
+        )
+    return completions
+
+
+def _record_turn(
+    item: _Live, completion: Completion, chat: ChatTokens | None, token_policy: bool
+) -> int:
+    """Append the completion and the env's reply to the episode; return tokens generated."""
+    episode = item.episode
+    n_generated = len(completion.token_ids) or len(completion.text.split())
+    if chat is not None:
+        ids = list(completion.token_ids) if token_policy else chat.encode(completion.text)
+        logprobs = list(completion.logprobs) if token_policy else [0.0] * len(ids)
+        if len(logprobs) != len(ids):
+            raise RuntimeError(
+                f"Completion has {len(ids)} token ids but {len(logprobs)} logprobs; a "
+                "TokenPolicy must return one logprob per sampled id."
+            )
+        prefix = item.pending_ids
+        episode.token_ids += prefix + ids
+        episode.policy_mask += [False] * len(prefix) + [True] * len(ids)
+        episode.logprobs += [0.0] * len(prefix) + logprobs
+        item.pending_ids = []
+        n_generated = len(ids)
+    episode.generated_tokens += n_generated
+
+    observation, reward, terminated, truncated, info = item.env.step(completion.text)
+    done = terminated or truncated
+    episode.messages.append({"role": "assistant", "content": completion.text})
+    episode.turns.append(Turn(completion, str(info.get("action", "")), "" if done else observation))
+    episode.tool_calls = int(info["tool_calls"])
+    episode.reward = float(reward)
+    episode.terminated, episode.truncated = bool(terminated), bool(truncated)
+    if done:
+        episode.answer = info.get("answer")
+        episode.correct = bool(info.get("correct", False))
+        episode.f1 = float(info.get("f1", 0.0))
+    else:
+        episode.messages.append({"role": "user", "content": observation})
+        if chat is not None:
+            item.pending_ids = chat.observation_ids(observation)
+    return n_generated
+
+
+def _collect(
+    task_ids: Sequence[str],
+    n: int,
+    budgets: list[int],
+    share_prefix: bool,
+    mains: dict[tuple, Episode],
+    branches: dict[tuple, Episode],
+) -> list[Episode]:
+    """One episode per (task, sample, budget), resolving budgets the main episode never reached."""
+    out: list[Episode] = []
+    top = budgets[-1]
+    for task_id in task_ids:
+        for sample in range(n):
+            for budget in budgets:
+                if not share_prefix or budget == top:
+                    out.append(mains[(task_id, sample, budget if not share_prefix else top)])
+                elif (task_id, sample, budget) in branches:
+                    out.append(branches[(task_id, sample, budget)])
+                else:  # answered before making `budget` calls: identical to the main episode
+                    main = mains[(task_id, sample, top)]
+                    out.append(replace(main, budget=budget, generated_tokens=0))
+    return out

@@ -1,0 +1,230 @@
+"""Scripted policies: an oracle that follows the gold chain, and a model-free heuristic agent.
+
+Both speak the same protocol as a model (``<search>``/``<answer>`` tags) and read only the
+conversation, so they run through the rollout engine, the evaluator and the SFT data builder like
+any other ``Policy``.
+
+- ``OraclePolicy`` knows each task's gold queries and answer. It searches the gold chain in order
+  and answers once it has read every gold paragraph; if the budget runs out first it admits it does
+  not know. Its trajectories are the expert data of the SFT control.
+- ``HeuristicPolicy`` knows nothing. It pulls candidate names out of the question and the retrieved
+  text, searches a random one it has not tried, and answers with a name (or yes / no) drawn from
+  what it read. Its PASS@(k,T) surface grows with both k and T without being perfect: a cheap,
+  model-free baseline and test subject for the evaluator.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from passkt.agents.policy import Completion, Conversation, SamplingParams
+from passkt.agents.prompts import SYSTEM_PROMPTS
+from passkt.envs.protocol import FINAL_NOTICE
+from passkt.envs.tasks import Task
+
+_INFO = re.compile(r"<information>(.*?)</information>", re.DOTALL)
+_DOC = re.compile(r"Doc \d+ \(Title: (.*?)\) (.*?)(?=\nDoc \d+ \(Title: |\Z)", re.DOTALL)
+_NAME = re.compile(r"\b[A-Z][\w'\-]*(?:\s+(?:of\s+|the\s+|de\s+|van\s+|von\s+)?[A-Z][\w'\-]*)*")
+_YEAR = re.compile(r"\b\d{3,4}\b")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_STOP_NAMES = frozenset(
+    """What Which Who Whom Whose Where When Why How Is Are Was Were Do Does Did In On At The A An
+    Of For From By To And Or Both Doc Title Name If""".split()  # noqa: SIM905
+)
+_YES_NO_START = ("is ", "are ", "was ", "were ", "do ", "does ", "did ", "can ", "has ", "have ")
+
+
+def budget_exhausted(observation: str) -> bool:
+    """Whether an observation carries the env's final notice (no tool calls left)."""
+    return FINAL_NOTICE in observation
+
+
+def _question(conversation: Conversation) -> str:
+    for message in conversation:
+        if message["role"] == "user":
+            return message["content"]
+    raise ValueError("The conversation has no user message with the question.")
+
+
+def _calls_made(conversation: Conversation) -> int:
+    return sum(message["role"] == "assistant" for message in conversation)
+
+
+def _last_observation(conversation: Conversation) -> str:
+    return conversation[-1]["content"] if conversation[-1]["role"] == "user" else ""
+
+
+class OraclePolicy:
+    """Follows each task's gold chain: searches ``task.gold_queries`` in order, then answers.
+
+    Args:
+        tasks: The tasks it may be asked about; a conversation is matched to its task by the
+            question text in its first user message.
+        think: Prefix each action with a one-line ``<think>`` that says why (expert trajectories
+            read more like a model's).
+    """
+
+    spec = "scripted:oracle"
+
+    def __init__(self, tasks: Iterable[Task], *, think: bool = True) -> None:
+        self.think = think
+        self._by_question: dict[str, Task] = {}
+        for task in tasks:
+            self._by_question.setdefault(task.question, task)
+        if not self._by_question:
+            raise ValueError("OraclePolicy needs the tasks it will be asked about; got none.")
+
+    def task_for(self, conversation: Conversation) -> Task:
+        """The task whose question appears in the conversation's first user message."""
+        question = _question(conversation)
+        task = self._by_question.get(question)
+        if task is not None:
+            return task
+        for text, candidate in self._by_question.items():
+            if text in question:
+                return candidate
+        raise KeyError(f"OraclePolicy does not know the question {question[:80]!r}")
+
+    def act(self, conversation: Conversation) -> str:
+        """The oracle's next turn for one conversation."""
+        task = self.task_for(conversation)
+        step = _calls_made(conversation)
+        final = budget_exhausted(_last_observation(conversation))
+        if step < len(task.gold_queries) and not final:
+            query = task.gold_queries[step]
+            why = f"<think>I need to look up {query}.</think>\n" if self.think else ""
+            return f"{why}<search>{query}</search>"
+        if step >= len(task.gold_queries):
+            why = "<think>I have found everything I need.</think>\n" if self.think else ""
+            return f"{why}<answer>{task.answer}</answer>"
+        why = "<think>I could not finish the search.</think>\n" if self.think else ""
+        return f"{why}<answer>unknown</answer>"
+
+    def generate(
+        self, conversations: Sequence[Conversation], params: SamplingParams
+    ) -> list[Completion]:
+        return [
+            Completion(self.act(conversation))
+            for conversation in conversations
+            for _ in range(params.n)
+        ]
+
+
+def _names(text: str) -> list[str]:
+    """Capitalised name spans and years in ``text``, in order, without duplicates."""
+    seen: dict[str, None] = {}
+    for match in _NAME.finditer(text):
+        words = match.group(0).split()
+        while words and words[0] in _STOP_NAMES:
+            words = words[1:]
+        name = " ".join(words)
+        if name and name not in _STOP_NAMES:
+            seen.setdefault(name, None)
+    for match in _YEAR.finditer(text):
+        seen.setdefault(match.group(0), None)
+    return list(seen)
+
+
+def _retrieved(conversation: Conversation) -> list[tuple[str, str]]:
+    """(title, text) of every document retrieved so far, oldest first."""
+    docs: list[tuple[str, str]] = []
+    for message in conversation:
+        if message["role"] != "user":
+            continue
+        for block in _INFO.findall(message["content"]):
+            docs.extend((t.strip(), body.strip()) for t, body in _DOC.findall(block))
+    return docs
+
+
+def _queries(conversation: Conversation) -> set[str]:
+    found = set()
+    for message in conversation:
+        if message["role"] == "assistant":
+            queries = re.findall(r"<search>(.*?)</search>", message["content"], re.DOTALL)
+            found.update(q.strip() for q in queries)
+    return found
+
+
+class HeuristicPolicy:
+    """A stochastic, model-free agent that searches names it has seen and guesses an answer.
+
+    Each turn it either answers (more likely the more it has read, and always after the final
+    notice) or searches a name it has not searched yet, preferring names from the latest results.
+    With ``temperature`` 0 every choice takes the first candidate, so the policy is deterministic.
+
+    Args:
+        seed: Mixed with each call's ``params.seed`` and the row index.
+        answer_rate: Chance of answering after each search (before the final notice).
+    """
+
+    spec = "scripted:heuristic"
+
+    def __init__(self, seed: int = 0, *, answer_rate: float = 0.3) -> None:
+        if not 0.0 <= answer_rate <= 1.0:
+            raise ValueError(f"answer_rate must be in [0, 1], got {answer_rate}")
+        self.seed = seed
+        self.answer_rate = answer_rate
+
+    def generate(
+        self, conversations: Sequence[Conversation], params: SamplingParams
+    ) -> list[Completion]:
+        out = []
+        for row, conversation in enumerate(conversations):
+            for j in range(params.n):
+                rng = np.random.default_rng([self.seed, params.seed or 0, row, j])
+                out.append(Completion(self.act(conversation, rng, greedy=params.temperature == 0)))
+        return out
+
+    def act(self, conversation: Conversation, rng: np.random.Generator, *, greedy: bool) -> str:
+        """One turn for one conversation."""
+        question = _question(conversation)
+
+        def pick(options: Sequence[str]) -> str:
+            return options[0] if greedy else options[int(rng.integers(len(options)))]
+
+        docs = _retrieved(conversation)
+        final = budget_exhausted(_last_observation(conversation))
+        if _is_math(conversation):
+            numbers = _NUMBER.findall(question) or ["0"]
+            return f"<answer>{pick(numbers)}</answer>"
+        tried = _queries(conversation)
+        fresh = [name for name in self._search_candidates(question, docs) if name not in tried]
+        answer_now = final or not fresh or (docs and rng.random() < self.answer_rate and not greedy)
+        if answer_now:
+            return f"<answer>{self._guess(question, docs, pick)}</answer>"
+        return f"<search>{pick(fresh)}</search>"
+
+    @staticmethod
+    def _search_candidates(question: str, docs: list[tuple[str, str]]) -> list[str]:
+        in_question = set(_names(question))
+        if not docs:
+            return _names(question)
+
+        def new_names(body: str) -> list[str]:
+            return [n for n in _names(body) if n not in in_question and not n.isdigit()]
+
+        latest = new_names(docs[-1][1])
+        earlier = [n for _, body in docs[:-1] for n in new_names(body)]
+        return list(dict.fromkeys(latest + earlier + _names(question)))
+
+    @staticmethod
+    def _guess(question: str, docs: list[tuple[str, str]], pick) -> str:
+        lowered = question.lower()
+        if lowered.startswith(_YES_NO_START):
+            return pick(["yes", "no"])
+        in_question = _names(question)
+        if " or " in lowered and len(in_question) >= 2:
+            return pick(in_question[-2:])
+        if not docs:
+            return pick(in_question or ["unknown"])
+        title, body = docs[-1]
+        options = [n for n in _names(body) if n != title and n not in in_question]
+        return pick(options or [title])
+
+
+def _is_math(conversation: Conversation) -> bool:
+    first = conversation[0]
+    return first["role"] == "system" and first["content"] == SYSTEM_PROMPTS["math"]

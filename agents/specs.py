@@ -1,0 +1,79 @@
+"""Policy specs: one string names a policy everywhere (CLI, manifests, configs).
+
+``hf:PATH_OR_ID``, ``vllm:ID``, ``openai:URL#MODEL``, ``scripted:oracle``, ``scripted:heuristic``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+from passkt.agents.policy import Policy
+from passkt.envs.tasks import Task
+
+KINDS = ("hf", "vllm", "openai", "scripted")
+SCRIPTED = ("oracle", "heuristic")
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """Split ``kind:target`` and check the kind, suggesting a close one for typos."""
+    kind, sep, target = spec.partition(":")
+    if not sep or not target:
+        raise ValueError(
+            f"Bad policy spec {spec!r}: expected KIND:TARGET with KIND one of {', '.join(KINDS)}, "
+            "e.g. hf:Qwen/Qwen2.5-7B-Instruct, openai:http://localhost:8000/v1#MODEL, "
+            "scripted:heuristic."
+        )
+    if kind not in KINDS:
+        close = difflib.get_close_matches(kind, KINDS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        known = ", ".join(KINDS)
+        raise ValueError(f"Unknown policy kind {kind!r} in {spec!r}.{hint} Known: {known}.")
+    if kind == "scripted" and target not in SCRIPTED:
+        close = difflib.get_close_matches(target, SCRIPTED, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"Unknown scripted policy {target!r}.{hint} Known: {', '.join(SCRIPTED)}.")
+    if kind == "openai" and "#" not in target:
+        raise ValueError(
+            f"Bad policy spec {spec!r}: an OpenAI-compatible server needs URL#MODEL, "
+            "e.g. openai:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-7B-Instruct"
+        )
+    return kind, target
+
+
+def load_policy(spec: str, *, tasks: Iterable[Task] | None = None, **options: Any) -> Policy:
+    """Build the policy a spec names. ``options`` go to the backend's constructor.
+
+    Args:
+        spec: ``hf:PATH_OR_ID``, ``vllm:ID``, ``openai:URL#MODEL``, ``scripted:oracle`` or
+            ``scripted:heuristic``.
+        tasks: The tasks an oracle may be asked about (required for ``scripted:oracle``).
+        **options: Backend options, e.g. ``device="cpu", dtype="float32"`` for ``hf``.
+    """
+    kind, target = parse_spec(spec)
+    policy: Policy
+    if kind == "hf":
+        from passkt.agents.hf import HFPolicy
+
+        policy = HFPolicy(target, **options)
+    elif kind == "vllm":
+        from passkt.agents.vllm_policy import VLLMPolicy
+
+        policy = VLLMPolicy(target, **options)
+    elif kind == "openai":
+        from passkt.agents.openai_policy import OpenAIPolicy
+
+        url, _, model = target.partition("#")
+        policy = OpenAIPolicy(url, model, **options)
+    elif target == "oracle":
+        from passkt.agents.scripted import OraclePolicy
+
+        if tasks is None:
+            raise ValueError("scripted:oracle needs the task list (load_policy(..., tasks=...)).")
+        policy = OraclePolicy(tasks, **options)
+    else:
+        from passkt.agents.scripted import HeuristicPolicy
+
+        policy = HeuristicPolicy(**options)
+    return policy
