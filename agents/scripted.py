@@ -32,7 +32,7 @@ _YEAR = re.compile(r"\b\d{3,4}\b")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _STOP_NAMES = frozenset(
     """What Which Who Whom Whose Where When Why How Is Are Was Were Do Does Did In On At The A An
-    Of For From By To And Or Both Doc Title Name If""".split()  # noqa: SIM905
+    Of For From By To And Or Both Doc Title Name If It He She They This That His Her Its""".split()  # noqa: SIM905
 )
 _YES_NO_START = ("is ", "are ", "was ", "were ", "do ", "does ", "did ", "can ", "has ", "have ")
 
@@ -128,15 +128,17 @@ def _names(text: str) -> list[str]:
     return list(seen)
 
 
-def _retrieved(conversation: Conversation) -> list[tuple[str, str]]:
-    """(title, text) of every document retrieved so far, oldest first."""
-    docs: list[tuple[str, str]] = []
+def _retrieved(conversation: Conversation) -> list[list[tuple[str, str]]]:
+    """(title, text) of the documents of each search result so far, oldest result first."""
+    blocks: list[list[tuple[str, str]]] = []
     for message in conversation:
         if message["role"] != "user":
             continue
         for block in _INFO.findall(message["content"]):
-            docs.extend((t.strip(), body.strip()) for t, body in _DOC.findall(block))
-    return docs
+            docs = [(t.strip(), body.strip()) for t, body in _DOC.findall(block)]
+            if docs:
+                blocks.append(docs)
+    return blocks
 
 
 def _queries(conversation: Conversation) -> set[str]:
@@ -162,7 +164,7 @@ class HeuristicPolicy:
 
     spec = "scripted:heuristic"
 
-    def __init__(self, seed: int = 0, *, answer_rate: float = 0.3) -> None:
+    def __init__(self, seed: int = 0, *, answer_rate: float = 0.15) -> None:
         if not 0.0 <= answer_rate <= 1.0:
             raise ValueError(f"answer_rate must be in [0, 1], got {answer_rate}")
         self.seed = seed
@@ -185,44 +187,94 @@ class HeuristicPolicy:
         def pick(options: Sequence[str]) -> str:
             return options[0] if greedy else options[int(rng.integers(len(options)))]
 
-        docs = _retrieved(conversation)
+        blocks = _retrieved(conversation)
         final = budget_exhausted(_last_observation(conversation))
         if _is_math(conversation):
             numbers = _NUMBER.findall(question) or ["0"]
             return f"<answer>{pick(numbers)}</answer>"
         tried = _queries(conversation)
-        fresh = [name for name in self._search_candidates(question, docs) if name not in tried]
-        answer_now = final or not fresh or (docs and rng.random() < self.answer_rate and not greedy)
+        fresh = [name for name in self._search_candidates(question, blocks) if name not in tried]
+        answer_now = (
+            final or not fresh or (blocks and rng.random() < self.answer_rate and not greedy)
+        )
         if answer_now:
-            return f"<answer>{self._guess(question, docs, pick)}</answer>"
+            return f"<answer>{self._guess(question, blocks, pick)}</answer>"
         return f"<search>{pick(fresh)}</search>"
 
     @staticmethod
-    def _search_candidates(question: str, docs: list[tuple[str, str]]) -> list[str]:
+    def _search_candidates(question: str, blocks: list[list[tuple[str, str]]]) -> list[str]:
+        """Names to search: from the latest result's top document first, then older ones."""
         in_question = set(_names(question))
-        if not docs:
+        if not blocks:
             return _names(question)
 
-        def new_names(body: str) -> list[str]:
-            return [n for n in _names(body) if n not in in_question and not n.isdigit()]
+        def new_names(title: str, body: str) -> list[str]:
+            return [
+                n for n in _names(body) if n not in in_question and n != title and not n.isdigit()
+            ]
 
-        latest = new_names(docs[-1][1])
-        earlier = [n for _, body in docs[:-1] for n in new_names(body)]
-        return list(dict.fromkeys(latest + earlier + _names(question)))
+        ordered = [n for title, body in blocks[-1] for n in new_names(title, body)]
+        ordered += [
+            n for block in blocks[:-1] for title, body in block for n in new_names(title, body)
+        ]
+        return list(dict.fromkeys(ordered + _names(question)))
 
     @staticmethod
-    def _guess(question: str, docs: list[tuple[str, str]], pick) -> str:
+    def _guess(question: str, blocks: list[list[tuple[str, str]]], pick) -> str:
+        """An answer: yes / no, one of two compared names, or a name from the top document."""
         lowered = question.lower()
+        in_question = _names(question)
+        reasoned = _compare(question, in_question, blocks)
+        if reasoned is not None:
+            return pick(
+                [
+                    reasoned,
+                    pick(["yes", "no"] if lowered.startswith(_YES_NO_START) else in_question[-2:]),
+                ]
+            )
         if lowered.startswith(_YES_NO_START):
             return pick(["yes", "no"])
-        in_question = _names(question)
         if " or " in lowered and len(in_question) >= 2:
             return pick(in_question[-2:])
-        if not docs:
+        if not blocks:
             return pick(in_question or ["unknown"])
-        title, body = docs[-1]
-        options = [n for n in _names(body) if n != title and n not in in_question]
+        title, body = blocks[-1][0]
+        surname = title.split()[-1]
+        options = [n for n in _names(body) if n not in (title, surname) and n not in in_question]
         return pick(options or [title])
+
+
+_EARLY = ("older", "earlier", "first", "oldest")
+_LATE = ("later", "newer", "younger", "last", "newest")
+
+
+def _compare(
+    question: str, in_question: list[str], blocks: list[list[tuple[str, str]]]
+) -> str | None:
+    """Answer a comparison from the two retrieved pages, when both were read; else None.
+
+    Years decide "which is older / came first / is newer" questions; shared names (a city, a
+    university, a director) decide "the same ...?" questions.
+    """
+    pages = {title: body for block in blocks for title, body in block}
+    names = [name for name in in_question if name in pages][-2:]
+    if len(names) < 2:
+        return None
+    lowered = question.lower()
+    if lowered.startswith(_YES_NO_START):
+        shared = set(_names(pages[names[0]])) & set(_names(pages[names[1]]))
+        shared -= {*names, *(n.split()[-1] for n in names)}
+        shared = {n for n in shared if not n.isdigit()}
+        return "yes" if shared else "no"
+    years = [_YEAR.findall(pages[name]) for name in names]
+    if not all(years):
+        return None
+    first, second = int(years[0][0]), int(years[1][0])
+    if any(word in lowered for word in _EARLY):
+        return names[0] if first <= second else names[1]
+    if any(word in lowered for word in _LATE):
+        return names[0] if first >= second else names[1]
+    return None
 
 
 def _is_math(conversation: Conversation) -> bool:
