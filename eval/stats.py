@@ -23,13 +23,19 @@ import dataclasses
 import itertools
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any
 
 import numpy as np
 
+from passkt.eval.boundary import (
+    BoundaryComparison,
+    Venn,
+    _shared_tasks,
+    boundary_comparison,
+    boundary_set,
+    venn,
+)
 from passkt.eval.estimator import Surface, check_ks, default_ks, pass_at_k_array, surface
 from passkt.eval.outcomes import OutcomeTable, Record, freeze_arrays
 
@@ -146,180 +152,6 @@ def bootstrap_surface(
     lower, upper = _percentile_ci(replicates, level)
     args = (surf.name, surf.ks, surf.budgets, surf.values, lower, upper, level, n_boot, seed)
     return SurfaceCI(*args, num_tasks=surf.num_tasks)
-
-
-# ---------------------------------------------------------------------- boundary sets
-
-
-def boundary_set(table: OutcomeTable, budget: int) -> frozenset[str]:
-    """Tasks with at least one success among the ``n`` samples at budget ``T`` (pass@n > 0)."""
-    column = table.counts()[:, table.budget_index(budget)]
-    return frozenset(t for t, c in zip(table.task_ids, column, strict=True) if c > 0)
-
-
-def _shared_tasks(tables: Sequence[OutcomeTable]) -> tuple[str, ...]:
-    """Task ids present in every table, in the first table's order (an error when none)."""
-    common = set(tables[0].task_ids).intersection(*(t.task_ids for t in tables[1:]))
-    if not common:
-        names = [t.name for t in tables]
-        raise ValueError(f"runs {names} share no task ids; compare runs on the same tasks")
-    for t in tables:
-        dropped = t.num_tasks - len(common)
-        if dropped:
-            logger.warning(
-                "run %r: %d task(s) not in every run are left out of the comparison",
-                t.name,
-                dropped,
-            )
-    return tuple(t for t in tables[0].task_ids if t in common)
-
-
-@dataclass(frozen=True)
-class BoundaryComparison(Record):
-    """Boundary sets of runs ``a`` and ``b`` at one budget, on their shared tasks.
-
-    Attributes:
-        budget: The T.
-        name_a: Name of run a.
-        name_b: Name of run b.
-        only_a: Tasks solved (at pass@n) by a but not b.
-        only_b: Tasks solved by b but not a.
-        both: Tasks solved by both.
-        neither: Tasks solved by neither.
-        excluded: Tasks of either run that the other lacks (left out of every set above).
-    """
-
-    budget: int
-    name_a: str
-    name_b: str
-    only_a: tuple[str, ...]
-    only_b: tuple[str, ...]
-    both: tuple[str, ...]
-    neither: tuple[str, ...]
-    excluded: tuple[str, ...] = ()
-
-    @property
-    def size_a(self) -> int:
-        """Boundary size of a on the shared tasks."""
-        return len(self.only_a) + len(self.both)
-
-    @property
-    def size_b(self) -> int:
-        """Boundary size of b on the shared tasks."""
-        return len(self.only_b) + len(self.both)
-
-    def counts(self) -> dict[str, int]:
-        """Region sizes (only_a, only_b, both, neither) and the boundary sizes size_a, size_b."""
-        regions = ("only_a", "only_b", "both", "neither")
-        sizes = {"size_a": self.size_a, "size_b": self.size_b}
-        return {name: len(getattr(self, name)) for name in regions} | sizes
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict with the counts and the task lists."""
-        return {**super().to_dict(), "counts": self.counts()}
-
-
-def boundary_comparison(a: OutcomeTable, b: OutcomeTable, budget: int) -> BoundaryComparison:
-    """Which shared tasks only ``a``, only ``b``, both or neither solve at budget ``T``.
-
-    Task lists keep ``a``'s task order. Tasks present in only one run are listed in ``excluded``.
-    """
-    regions = venn([a.with_name("a"), b.with_name("b")], budget).regions
-    shared = set(regions[True, True] + regions[True, False] + regions[False, True])
-    shared |= set(regions[False, False])
-    excluded = dict.fromkeys(t for t in (*a.task_ids, *b.task_ids) if t not in shared)
-    return BoundaryComparison(
-        int(budget),
-        a.name,
-        b.name,
-        regions[True, False],
-        regions[False, True],
-        regions[True, True],
-        regions[False, False],
-        tuple(excluded),
-    )
-
-
-@dataclass(frozen=True)
-class Venn:
-    """Venn regions of 2 or 3 runs' boundary sets at one budget, on their shared tasks.
-
-    Attributes:
-        budget: The T.
-        names: Run names, in order.
-        task_ids: The shared tasks (the universe).
-        regions: Membership pattern (one bool per run, in ``names`` order) -> tasks solved by
-            exactly those runs. All ``2 ** len(names)`` patterns are present (possibly empty);
-            the all-False pattern holds the tasks no run solves.
-    """
-
-    budget: int
-    names: tuple[str, ...]
-    task_ids: tuple[str, ...]
-    regions: Mapping[tuple[bool, ...], tuple[str, ...]]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "regions", MappingProxyType(dict(self.regions)))
-
-    def label(self, pattern: tuple[bool, ...]) -> str:
-        """Human label of a region: ``"base only"``, ``"base & rl"``, ``"none"``."""
-        members = [n for n, inside in zip(self.names, pattern, strict=True) if inside]
-        if not members:
-            return "none"
-        if len(members) == 1 and len(self.names) > 1:
-            return f"{members[0]} only"
-        return " & ".join(members)
-
-    def ids(self, *names: str) -> tuple[str, ...]:
-        """Tasks solved by exactly the named runs (no names: by none)."""
-        unknown = [n for n in names if n not in self.names]
-        if unknown:
-            raise ValueError(f"unknown run name(s) {unknown}; runs are {self.names}")
-        return self.regions[tuple(n in names for n in self.names)]
-
-    def counts(self) -> dict[str, int]:
-        """Region label -> number of tasks, regions ordered as in :attr:`regions`."""
-        return {self.label(p): len(ids) for p, ids in self.regions.items()}
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict: counts and task lists keyed by region label."""
-        return {
-            "budget": self.budget,
-            "names": list(self.names),
-            "num_tasks": len(self.task_ids),
-            "counts": self.counts(),
-            "regions": {self.label(p): list(ids) for p, ids in self.regions.items()},
-        }
-
-
-def venn(tables: Sequence[OutcomeTable], budget: int) -> Venn:
-    """Venn regions of the boundary sets of 2 or 3 runs at budget ``T``.
-
-    Raises:
-        ValueError: for fewer than 2 or more than 3 runs, or repeated run names.
-    """
-    tables = list(tables)
-    if not 2 <= len(tables) <= 3:
-        raise ValueError(f"venn() takes 2 or 3 runs, got {len(tables)}")
-    names = tuple(t.name for t in tables)
-    if len(set(names)) != len(names):
-        raise ValueError(
-            f"run names must differ to label Venn regions, got {names}; "
-            "rename with table.with_name(...)"
-        )
-    shared = _shared_tasks(tables)
-    sets = [boundary_set(t, budget) for t in tables]
-    # Regions from "all runs" down to "none": the order tables and bar charts read best in.
-    patterns = sorted(
-        itertools.product((True, False), repeat=len(tables)), key=lambda p: (-sum(p), p[::-1])
-    )
-    regions = {
-        p: tuple(
-            t for t in shared if all((t in s) == inside for s, inside in zip(sets, p, strict=True))
-        )
-        for p in patterns
-    }
-    return Venn(int(budget), names, shared, regions)
 
 
 # ---------------------------------------------------------------------- paired comparison
