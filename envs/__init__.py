@@ -29,14 +29,35 @@ def register_envs() -> None:
     """Register every passkt env with Gymnasium (idempotent; also the plugin entry point)."""
     for env_id, spec in ENV_SPECS.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, disable_env_checker=True, **spec)
+            gym.register(id=env_id, **spec)
 
 
 register_envs()
 
+_ENV_CLASSES = {
+    "ToolUseEnv": "passkt.envs.base",
+    "MathEnv": "passkt.envs.math_env",
+    "ComparisonQAEnv": "passkt.envs.comparison_qa",
+    "BridgeQAEnv": "passkt.envs.bridge_qa",
+}
+
+
+def __getattr__(name: str) -> object:
+    # The env classes load on first use, so that ``import passkt.envs`` stays light.
+    if name in _ENV_CLASSES:
+        import importlib
+
+        return getattr(importlib.import_module(_ENV_CLASSES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "ENV_SPECS",
     "SOURCES",
+    "BridgeQAEnv",
+    "ComparisonQAEnv",
+    "MathEnv",
+    "ToolUseEnv",
     "DatasetFormatError",
     "MissingDependencyError",
     "Paragraph",
