@@ -1,0 +1,453 @@
+"""The tool-use env that Math-v0, ComparisonQA-v0 and BridgeQA-v0 specialise.
+
+One episode is one task: the agent reads the question, may search (each search, and each invalid
+turn, is a tool call), and ends by answering. The class docstring below is the spec shared by the
+three envs; each env's own docstring adds its category, defaults and version history.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import gymnasium as gym
+
+from passkt.envs.errors import UnknownTaskError
+from passkt.envs.protocol import (
+    ANSWER_RECEIVED,
+    FINAL_NOTICE,
+    TRUNCATED_MESSAGE,
+    Action,
+    budget_line,
+    invalid_action_message,
+    no_tools_message,
+    parse_action,
+    render_information,
+)
+from passkt.envs.retrieval import BACKENDS, Retriever, build_retriever, global_corpus
+from passkt.envs.spaces import ActionText, UnicodeText
+from passkt.envs.tasks import Category, Paragraph, Task, load_tasks
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ACTION_MAX_LENGTH", "OBSERVATION_MAX_LENGTH", "ToolUseEnv"]
+
+OBSERVATION_MAX_LENGTH = 2**17
+"""Longest observation, in characters (search results are shortened to fit)."""
+ACTION_MAX_LENGTH = 2**17
+"""Longest action in ``action_space``; ``step`` still accepts (and parses) longer strings."""
+_SUFFIX_RESERVE = 512
+"""Room kept for the budget line or the final notice after a question or search results."""
+
+RetrieverFactory = Callable[[Sequence[Paragraph]], Retriever]
+
+
+class _Retrievers:
+    """Builds retrievers on first use and caches them; shared by an env and its forks."""
+
+    def __init__(self, backend: str | RetrieverFactory, corpus: str, tasks: Sequence[Task]) -> None:
+        self.backend = backend
+        self.corpus = corpus
+        self.tasks = tasks
+        self.per_task: dict[str, Retriever] = {}
+        self.shared: Retriever | None = None
+
+    def _build(self, paragraphs: Sequence[Paragraph]) -> Retriever:
+        if isinstance(self.backend, str):
+            return build_retriever(self.backend, paragraphs)
+        return self.backend(paragraphs)
+
+    def for_task(self, task: Task) -> Retriever:
+        if self.corpus == "global":
+            if self.shared is None:
+                paragraphs = global_corpus(self.tasks)
+                logger.debug(
+                    "building a global %s index over %d paragraphs", self.backend, len(paragraphs)
+                )
+                self.shared = self._build(paragraphs)
+            return self.shared
+        retriever = self.per_task.get(task.task_id)
+        if retriever is None:
+            retriever = self.per_task[task.task_id] = self._build(task.paragraphs)
+        return retriever
+
+
+@dataclass
+class _Episode:
+    """The mutable state of one episode (the only thing ``fork`` copies)."""
+
+    task: Task
+    core: str
+    """The last observation without its budget line or final notice."""
+    observation: str
+    tool_calls: int = 0
+    turns: int = 0
+    finished: bool = False
+    last_action: str | None = None
+    action_kind: str | None = None
+    answer: str | None = None
+    correct: bool = False
+    f1: float = 0.0
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _score(task: Task, prediction: str) -> tuple[bool, float]:
+    from passkt.envs.scoring import score_answer  # math-verify is imported on first answer only
+
+    score = score_answer(task, prediction)
+    return bool(score.correct), float(score.f1)
+
+
+class ToolUseEnv(gym.Env[str, str]):
+    """A question-answering episode with a search tool and a budget of T tool calls.
+
+    ## Description
+    A task (question, gold answer, own paragraphs) is drawn at reset. Each turn the agent writes
+    free text, optionally ``<think>...</think>``, ending in ``<search>query</search>`` or
+    ``<answer>text</answer>`` (Search-R1 tags; ``passkt.envs.protocol``).
+
+    ## Action Space
+    ``ActionText``: any Unicode string (``step`` also parses strings longer than
+    ``ACTION_MAX_LENGTH``). ``action_space.sample()`` gives a random well-formed action.
+
+    ## Observation Space
+    ``UnicodeText(max_length=OBSERVATION_MAX_LENGTH)``. Reset: the question. After a search:
+    ``<information>Doc 1 (Title: T) text\\nDoc 2 (Title: T) text</information>`` (top ``top_k``
+    BM25 hits; ``<information>No documents found.</information>`` if none). After an invalid turn:
+    ``Invalid action: <reason>. End your turn with exactly one action: ...``. When no call is left
+    (after the T-th call, or at reset when T = 0) the observation ends with ``\\n\\n`` and
+    ``FINAL_NOTICE``; with ``reveal_budget=True`` other observations end with ``\\n\\n`` and
+    ``You have N tool calls left.``.
+
+    ## Starting State
+    A task drawn uniformly with ``self.np_random``, or ``options={"task_id": ...}``.
+
+    ## Rewards
+    1.0 when the answer is correct (HotpotQA normalized exact match against the answer or an
+    alias; mathematical equivalence for math), else 0.0.
+
+    ## Episode End
+    Terminated when the agent answers. Truncated (reward 0) when the turn after the final notice is
+    not an answer. Searches and invalid turns are tool calls; the answer is not. An episode has at
+    most T + 1 turns and is never both terminated and truncated.
+
+    ## Information
+    ``task_id``, ``category``, ``tool_calls``, ``turns``, ``budget`` (T), ``depth`` (the task's
+    minimum number of calls), ``action`` (the kind of the last action: ``"search"``,
+    ``"answer"``, ``"invalid"``; ``None`` at reset), ``answer`` (``None`` until answered),
+    ``correct``, ``f1``.
+
+    ## Arguments
+    See the env classes; every argument is checked at construction.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    category: ClassVar[Category]
+    """The task category this env poses."""
+    has_tools: ClassVar[bool] = True
+    """Whether ``<search>`` is a tool (False for math: every search is invalid)."""
+
+    def __init__(
+        self,
+        *,
+        source: str = "synthetic",
+        split: str = "test",
+        path: str | None = None,
+        hops: int | None = None,
+        source_options: dict[str, Any] | None = None,
+        tasks: Sequence[Task] | None = None,
+        max_tool_calls: int = 5,
+        reveal_budget: bool = False,
+        top_k: int = 3,
+        corpus: Literal["task", "global"] = "task",
+        retriever: str | RetrieverFactory = "rank_bm25",
+        render_mode: str | None = None,
+    ) -> None:
+        name = type(self).__name__
+        self.max_tool_calls = _check_int("max_tool_calls", max_tool_calls, 0)
+        if not self.has_tools and max_tool_calls != 0:
+            raise ValueError(
+                f"{name} has no tools, so max_tool_calls must be 0 (got {max_tool_calls}); "
+                "evaluate it at T = 0 only."
+            )
+        if not isinstance(reveal_budget, bool):
+            raise ValueError(f"reveal_budget must be True or False, got {reveal_budget!r}")
+        self.reveal_budget = reveal_budget
+        self.top_k = _check_int("top_k", top_k, 1)
+        if corpus not in ("task", "global"):
+            raise ValueError(
+                f"corpus must be 'task' (each task's own paragraphs) or 'global' (one index over "
+                f"every task's paragraphs), got {corpus!r}"
+            )
+        if isinstance(retriever, str) and retriever not in BACKENDS:
+            close = difflib.get_close_matches(retriever, list(BACKENDS), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"Unknown retriever {retriever!r}.{hint} Choose one of {sorted(BACKENDS)}, "
+                "or pass a callable that builds a Retriever from a list of Paragraphs."
+            )
+        if not (isinstance(retriever, str) or callable(retriever)):
+            raise ValueError(f"retriever must be a backend name or a callable, got {retriever!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be None or one of {self.metadata['render_modes']}, "
+                f"got {render_mode!r}"
+            )
+        self.render_mode = render_mode
+        self.tasks: tuple[Task, ...] = self._load(source, split, path, hops, source_options, tasks)
+        self._task_index = {task.task_id: i for i, task in enumerate(self.tasks)}
+        self._retrievers = _Retrievers(retriever, corpus, self.tasks)
+        self.action_space = ActionText(
+            ACTION_MAX_LENGTH, tags=("search", "answer") if self.has_tools else ("answer",)
+        )
+        self.observation_space = UnicodeText(OBSERVATION_MAX_LENGTH)
+        self._episode: _Episode | None = None
+
+    # --- construction helpers -------------------------------------------------------------------
+
+    def _load(
+        self,
+        source: str,
+        split: str,
+        path: str | None,
+        hops: int | None,
+        source_options: dict[str, Any] | None,
+        tasks: Sequence[Task] | None,
+    ) -> tuple[Task, ...]:
+        name = type(self).__name__
+        if tasks is not None:
+            if path is not None or hops is not None or source_options:
+                raise ValueError(
+                    f"{name}: pass either tasks= (your own Task list) or path=/hops=/"
+                    "source_options= (for a task source), not both."
+                )
+            loaded = tuple(tasks)
+            where = "tasks="
+        else:
+            options = dict(source_options or {})
+            for key, value in (("path", path), ("hops", hops)):
+                if value is not None:
+                    if key in options:
+                        raise ValueError(f"{name}: {key} is given twice (also in source_options)")
+                    options[key] = str(value) if key == "path" else value
+            try:
+                loaded = tuple(load_tasks(source, self.category, split, **options))  # type: ignore[arg-type]
+            except TypeError as e:
+                raise ValueError(
+                    f"{name}: task source {source!r} rejected the options {sorted(options)}: {e}. "
+                    "Remove the options this source does not take (hops= is for the synthetic "
+                    "source only; path= is for file-based sources)."
+                ) from e
+            where = f"source {source!r} (split {split!r}, options {options})"
+        self._validate_tasks(loaded, where)
+        return loaded
+
+    def _validate_tasks(self, tasks: tuple[Task, ...], where: str) -> None:
+        name = type(self).__name__
+        if not tasks:
+            raise ValueError(f"{name}: {where} gave no tasks; check the split and the options.")
+        seen: set[str] = set()
+        limit = OBSERVATION_MAX_LENGTH - _SUFFIX_RESERVE
+        for i, task in enumerate(tasks):
+            if not isinstance(task, Task):
+                raise ValueError(
+                    f"{name}: {where}: item {i} is a {type(task).__name__}, not a Task"
+                )
+            if task.category != self.category:
+                raise ValueError(
+                    f"{name}: {where}: task {task.task_id!r} has category {task.category!r}, but "
+                    f"{name} poses {self.category!r} tasks; use the env of that category."
+                )
+            if task.task_id in seen:
+                raise ValueError(f"{name}: {where}: task_id {task.task_id!r} occurs twice")
+            if len(task.question) > limit:
+                raise ValueError(
+                    f"{name}: {where}: task {task.task_id!r} has a question of "
+                    f"{len(task.question)} characters; the limit is {limit}."
+                )
+            seen.add(task.task_id)
+
+    # --- Gymnasium API --------------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start an episode on a random task, or on ``options["task_id"]``.
+
+        Args:
+            seed: Seeds ``self.np_random`` (the only randomness the env uses).
+            options: ``{"task_id": str}`` to choose the task; no other keys.
+
+        Returns:
+            The question (plus the final notice when T = 0) and the info dict.
+
+        Raises:
+            UnknownTaskError: ``task_id`` is not one of ``self.tasks``.
+        """
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = set(options) - {"task_id"}
+        if unknown:
+            raise ValueError(f"reset(options=...) takes only 'task_id', got {sorted(unknown)}")
+        if "task_id" in options:
+            task = self._find_task(options["task_id"])
+        else:
+            task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        episode = _Episode(task=task, core=task.question, observation="")
+        self._episode = episode
+        episode.observation = self._with_suffix(task.question, self.max_tool_calls, episode)
+        return episode.observation, self._info(episode)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Apply one assistant turn (any text; see the Action Space section).
+
+        Returns:
+            observation, reward, terminated, truncated, info.
+
+        Raises:
+            gymnasium.error.ResetNeeded: The episode has ended, or ``reset`` was never called.
+        """
+        episode = self._episode
+        if episode is None or episode.finished:
+            raise gym.error.ResetNeeded("The episode has ended (or never began): call reset().")
+        parsed = parse_action(action)
+        if parsed.kind == "search" and not self.has_tools:
+            parsed = Action(kind="invalid", error=no_tools_message())
+        episode.turns += 1
+        episode.last_action = action if isinstance(action, str) else repr(action)
+        episode.action_kind = parsed.kind
+        reward, terminated, truncated = 0.0, False, False
+        if parsed.kind == "answer":
+            episode.answer = parsed.content
+            episode.correct, episode.f1 = _score(episode.task, parsed.content)
+            reward, terminated = float(episode.correct), True
+            episode.finished = True
+            observation = ANSWER_RECEIVED
+        elif episode.tool_calls >= self.max_tool_calls:
+            truncated = episode.finished = True
+            observation = TRUNCATED_MESSAGE
+        else:
+            episode.tool_calls += 1
+            if parsed.kind == "search":
+                episode.core = self._search(episode.task, parsed.content)
+            else:
+                episode.core = invalid_action_message(parsed.error or "invalid action")
+            observation = self._with_suffix(episode.core, self.max_tool_calls, episode)
+        episode.observation = observation
+        return observation, reward, terminated, truncated, self._info(episode)
+
+    def render(self) -> str | None:
+        """``render_mode="ansi"``: the task, the budget used, the last action and observation."""
+        if self.render_mode is None:
+            gym.logger.warn("render() was called without render_mode; pass render_mode='ansi'.")
+            return None
+        episode = self._episode
+        if episode is None:
+            return "No episode: call reset().\n"
+        header = (
+            f"{type(self).__name__} task {episode.task.task_id} | tool calls "
+            f"{episode.tool_calls}/{self.max_tool_calls} | turns {episode.turns}"
+        )
+        parts = [header]
+        if episode.last_action is not None:
+            parts.append(f"--- action ({episode.action_kind}) ---\n{episode.last_action}")
+        parts.append(f"--- observation ---\n{episode.observation}")
+        return "\n".join(parts) + "\n"
+
+    # --- prefix sharing -------------------------------------------------------------------------
+
+    def fork(self, max_tool_calls: int) -> tuple[ToolUseEnv, str]:
+        """Copy the episode in progress with another budget.
+
+        The copy is what an episode with budget ``max_tool_calls`` would be after the same turns:
+        the returned observation is the one that episode would show now (the last observation,
+        with the final notice if no call is left, and the budget line if ``reveal_budget``), and
+        its later rewards and info are that episode's. The copy shares the task list and the
+        search indexes (read-only) and copies the episode state, the RNG and the spaces; it is
+        the raw env (no Gymnasium wrappers).
+
+        Args:
+            max_tool_calls: The copy's budget T, at least the number of calls made so far.
+
+        Returns:
+            ``(env_copy, observation)``.
+
+        Raises:
+            ValueError: No episode in progress, or the budget is below the calls already made.
+        """
+        episode = self._episode
+        if episode is None or episode.finished:
+            raise ValueError("fork() needs an episode in progress: call reset() (and not end it).")
+        _check_int("max_tool_calls", max_tool_calls, 0)
+        if max_tool_calls < episode.tool_calls:
+            raise ValueError(
+                f"fork(max_tool_calls={max_tool_calls}): the episode has already made "
+                f"{episode.tool_calls} tool calls; the budget must be at least that."
+            )
+        if not self.has_tools and max_tool_calls != 0:
+            raise ValueError(f"{type(self).__name__} has no tools: fork(max_tool_calls=0) only")
+        clone = copy.copy(self)
+        clone.max_tool_calls = max_tool_calls
+        clone._episode = dataclasses.replace(episode)
+        clone._np_random = copy.deepcopy(self._np_random)
+        clone.action_space = copy.deepcopy(self.action_space)
+        clone.observation_space = copy.deepcopy(self.observation_space)
+        if self.spec is not None:
+            kwargs = {**self.spec.kwargs, "max_tool_calls": max_tool_calls}
+            clone.spec = dataclasses.replace(self.spec, kwargs=kwargs)
+        clone._episode.observation = clone._with_suffix(episode.core, max_tool_calls, episode)
+        return clone, clone._episode.observation
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    @property
+    def task(self) -> Task | None:
+        """The task of the current episode (``None`` before the first reset)."""
+        return None if self._episode is None else self._episode.task
+
+    def _find_task(self, task_id: Any) -> Task:
+        index = self._task_index.get(task_id) if isinstance(task_id, str) else None
+        if index is None:
+            close = difflib.get_close_matches(str(task_id), list(self._task_index), n=3)
+            hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise UnknownTaskError(
+                f"{type(self).__name__}: no task with task_id {task_id!r} among "
+                f"{len(self.tasks)} tasks.{hint} See env.unwrapped.tasks for the ids."
+            )
+        return self.tasks[index]
+
+    def _search(self, task: Task, query: str) -> str:
+        hits = self._retrievers.for_task(task).search(query, self.top_k)
+        return render_information(hits, max_chars=OBSERVATION_MAX_LENGTH - _SUFFIX_RESERVE)
+
+    def _with_suffix(self, core: str, budget: int, episode: _Episode) -> str:
+        calls_left = budget - episode.tool_calls
+        if calls_left <= 0:
+            return f"{core}\n\n{FINAL_NOTICE}"
+        if self.reveal_budget:
+            return f"{core}\n\n{budget_line(calls_left)}"
+        return core
+
+    def _info(self, episode: _Episode) -> dict[str, Any]:
+        return {
+            "task_id": episode.task.task_id,
+            "category": episode.task.category,
+            "tool_calls": episode.tool_calls,
+            "turns": episode.turns,
+            "budget": self.max_tool_calls,
+            "depth": episode.task.depth,
+            "action": episode.action_kind,
+            "answer": episode.answer,
+            "correct": episode.correct,
+            "f1": episode.f1,
+        }

@@ -1,0 +1,120 @@
+"""BridgeQA-v0: sequential retrieval (the study's category C)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from passkt.envs.base import RetrieverFactory, ToolUseEnv
+from passkt.envs.tasks import Task
+
+__all__ = ["BridgeQAEnv"]
+
+
+class BridgeQAEnv(ToolUseEnv):
+    """Answer a bridge question: each search reveals the name needed for the next one.
+
+    ## Description
+    A multi-hop question ("Which city was the director of the film X born in?") whose answer lies
+    ``depth`` paragraphs away: the entity of hop i+1 is named only in the paragraph of hop i, so
+    the agent must search, read, and search again. The search tool is BM25 over the task's own
+    paragraphs (gold and distractors, the HotpotQA distractor setting), or over every task's
+    paragraphs with ``corpus="global"``. The synthetic source (default) builds a fictional world
+    that no pretrained model knows, with ``hops`` = 2, 3 or 4 and a known minimum depth T*.
+
+    ## Action Space
+    Any Unicode string (``passkt.envs.spaces.ActionText``). A turn is free text, optionally
+    ``<think>...</think>``, ending in ``<search>query</search>`` or ``<answer>text</answer>``;
+    the first complete action counts and text after its closing tag is ignored. Anything else is
+    an invalid action.
+
+    ## Observation Space
+    Any Unicode string of at most 131,072 characters (``passkt.envs.spaces.UnicodeText``):
+
+    - reset: the question;
+    - a search: ``<information>Doc 1 (Title: T) text\\nDoc 2 (Title: T) text</information>``
+      with the ``top_k`` best BM25 hits, or ``<information>No documents found.</information>``;
+    - an invalid action: ``Invalid action: <reason>. End your turn with exactly one action:
+      <search>your query</search> to search, or <answer>your answer</answer> to give the final
+      answer.``;
+    - when no tool call is left (after the T-th call, or at reset when T = 0) the observation
+      ends with ``\\n\\nYou have no tool calls left. Answer now with <answer>your
+      answer</answer>.``; with ``reveal_budget=True`` every other observation ends with
+      ``\\n\\nYou have N tool calls left.``;
+    - the last observation: ``Episode over: your answer was recorded.`` or, when truncated,
+      ``Episode over: no tool calls were left and the turn did not end in <answer>...</answer>.``
+
+    ## Starting State
+    A task drawn uniformly from the split with ``self.np_random``, or the one named by
+    ``reset(options={"task_id": ...})``.
+
+    ## Rewards
+    1.0 if the answer matches the gold answer (or an alias) after HotpotQA normalization
+    (lowercase, no punctuation, no articles, single spaces), else 0.0. Token F1 is in ``info``.
+
+    ## Episode End
+    T = ``max_tool_calls``. Searches and invalid actions are tool calls; the answer is not.
+    Terminated when the agent answers. After the T-th call the next turn must be an answer; if it
+    is not, the episode is truncated with reward 0. At most T + 1 turns; never both terminated
+    and truncated.
+
+    ## Information
+    ``task_id``, ``category`` (``"bridge"``), ``tool_calls``, ``turns``, ``budget`` (T),
+    ``depth`` (minimum calls that solve the task), ``action`` (``"search"``, ``"answer"``,
+    ``"invalid"``, or ``None`` at reset), ``answer`` (``None`` until answered), ``correct``,
+    ``f1``.
+
+    ## Arguments
+    - ``source``: task source name (``"synthetic"``, ``"hotpotqa"``, or one added with
+      ``passkt.envs.register_source``).
+    - ``split``: ``"train"`` or ``"test"`` (disjoint).
+    - ``path``: file (or hub dataset name) for file-based sources such as ``hotpotqa``.
+    - ``hops``: bridge depth for the synthetic source (2, 3 or 4; ``None``: all).
+    - ``source_options``: further keyword arguments for the source (e.g. ``{"seed": 1}``).
+    - ``tasks``: your own list of bridge ``Task`` objects instead of a source.
+    - ``max_tool_calls``: the budget T (default 5, the study's T_train).
+    - ``reveal_budget``: state the calls left in every observation (default False, which makes
+      an episode with budget T the prefix of one with a larger budget).
+    - ``top_k``: documents per search (default 3).
+    - ``corpus``: ``"task"`` (each task's own paragraphs) or ``"global"`` (one index over the
+      union of all tasks' paragraphs, deduplicated).
+    - ``retriever``: ``"rank_bm25"`` (reference), ``"bm25s"`` (same scores, faster on large
+      corpora), or a callable ``paragraphs -> Retriever``.
+    - ``render_mode``: ``None`` or ``"ansi"``.
+
+    ## Version History
+    - v0: initial version.
+    """
+
+    category = "bridge"
+
+    def __init__(
+        self,
+        *,
+        source: str = "synthetic",
+        split: str = "test",
+        path: str | None = None,
+        hops: int | None = None,
+        source_options: dict[str, Any] | None = None,
+        tasks: Sequence[Task] | None = None,
+        max_tool_calls: int = 5,
+        reveal_budget: bool = False,
+        top_k: int = 3,
+        corpus: Literal["task", "global"] = "task",
+        retriever: str | RetrieverFactory = "rank_bm25",
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(
+            source=source,
+            split=split,
+            path=path,
+            hops=hops,
+            source_options=source_options,
+            tasks=tasks,
+            max_tool_calls=max_tool_calls,
+            reveal_budget=reveal_budget,
+            top_k=top_k,
+            corpus=corpus,
+            retriever=retriever,
+            render_mode=render_mode,
+        )

@@ -1,0 +1,278 @@
+"""Search backends: BM25 over a list of paragraphs, behind a small ``Retriever`` protocol.
+
+Two backends with one tokenization (``tokenize``: lowercase Unicode word tokens of title and text):
+
+* ``RankBM25Retriever``: ``rank_bm25.BM25Okapi``, the reference (the study's setting: a few
+  paragraphs per task).
+* ``BM25sRetriever``: a ``bm25s`` sparse index, for large corpora, scored with the same BM25
+  variant (Okapi as rank-bm25 has it: k1 = 1.5, b = 0.75, negative idfs floored at 0.25 x the
+  mean idf), so both backends give the same scores and rankings up to float rounding.
+
+Both rank by score, then by document index (a stable, deterministic tie-break), and return only
+documents with a positive score: a query with no known word finds nothing.
+
+A user plugs in another backend (dense, live Wikipedia) by implementing ``Retriever``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Container, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+from passkt.envs.errors import MissingDependencyError
+from passkt.envs.tasks import Paragraph, Task
+
+__all__ = [
+    "BACKENDS",
+    "BM25sRetriever",
+    "Backend",
+    "Hit",
+    "RankBM25Retriever",
+    "Retriever",
+    "build_retriever",
+    "global_corpus",
+    "tokenize",
+]
+
+Backend = Literal["rank_bm25", "bm25s"]
+
+_WORD = re.compile(r"\w+")
+
+MAX_QUERY_TOKENS = 256
+"""Only a query's first 256 words that occur in the corpus are scored (words that occur nowhere
+add nothing to any score, so dropping them changes no result); this bounds the cost of a
+degenerate query of thousands of words."""
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercase Unicode word tokens: ``re.findall(r"\\w+", text.lower())``."""
+    return _WORD.findall(text.lower())
+
+
+def _document_tokens(paragraph: Paragraph) -> list[str]:
+    return tokenize(f"{paragraph.title} {paragraph.text}")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result.
+
+    Attributes:
+        title: The paragraph's title.
+        text: The paragraph's text.
+        score: The BM25 score (higher is better).
+        doc_index: Position of the paragraph in the retriever's corpus.
+    """
+
+    title: str
+    text: str
+    score: float
+    doc_index: int
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """What a search backend provides.
+
+    ``search`` returns at most ``k`` hits, best first, deterministically (same query, same hits).
+    """
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        """The top ``k`` documents for ``query``."""
+        ...
+
+
+def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` highest positive scores; ties broken by the lower index."""
+    positive = np.flatnonzero(scores > 0)
+    if len(positive) > 4 * k:
+        kth = np.partition(scores[positive], len(positive) - k)[len(positive) - k]
+        positive = positive[scores[positive] >= kth]
+    order = np.argsort(-scores[positive], kind="stable")
+    return positive[order[:k]]
+
+
+class _BM25Base:
+    """Shared corpus handling and ranking; subclasses provide ``_scores``."""
+
+    def __init__(self, paragraphs: Sequence[Paragraph], k1: float = 1.5, b: float = 0.75) -> None:
+        self.paragraphs: tuple[Paragraph, ...] = tuple(paragraphs)
+        self.k1 = k1
+        self.b = b
+
+    def _scores(self, query_tokens: list[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def _vocabulary(self) -> Container[str]:
+        raise NotImplementedError
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        """The top ``k`` paragraphs for ``query`` (empty if no query word is in the corpus).
+
+        Args:
+            query: Free text; tokenized like the documents.
+            k: The most hits to return (``k >= 1``).
+
+        Returns:
+            Hits, best first, ties in corpus order.
+        """
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if not self.paragraphs:
+            return []
+        vocabulary = self._vocabulary()
+        tokens = [t for t in tokenize(query) if t in vocabulary][:MAX_QUERY_TOKENS]
+        if not tokens:
+            return []
+        scores = self._scores(tokens)
+        return [
+            Hit(
+                title=self.paragraphs[i].title,
+                text=self.paragraphs[i].text,
+                score=float(scores[i]),
+                doc_index=int(i),
+            )
+            for i in _top_k(scores, k)
+        ]
+
+    def __len__(self) -> int:
+        return len(self.paragraphs)
+
+
+class RankBM25Retriever(_BM25Base):
+    """BM25 (Okapi) with ``rank_bm25``: the reference backend.
+
+    Args:
+        paragraphs: The corpus.
+        k1: BM25 term-frequency saturation.
+        b: BM25 length normalization.
+    """
+
+    def __init__(self, paragraphs: Sequence[Paragraph], k1: float = 1.5, b: float = 0.75) -> None:
+        super().__init__(paragraphs, k1, b)
+        from rank_bm25 import BM25Okapi
+
+        corpus = [_document_tokens(p) for p in self.paragraphs]
+        # BM25Okapi divides by the corpus size and the mean length: guard the degenerate corpora.
+        if corpus and any(corpus):
+            self._bm25 = BM25Okapi(corpus, k1=k1, b=b)
+        else:
+            self._bm25 = None
+
+    def _vocabulary(self) -> Container[str]:
+        return {} if self._bm25 is None else self._bm25.idf
+
+    def _scores(self, query_tokens: list[str]) -> np.ndarray:
+        if self._bm25 is None:
+            return np.zeros(len(self.paragraphs))
+        return np.asarray(self._bm25.get_scores(query_tokens), dtype=np.float64)
+
+
+class BM25sRetriever(_BM25Base):
+    """BM25 (Okapi, as rank-bm25 computes it) over a ``bm25s`` sparse index: fast on large corpora.
+
+    ``bm25s`` builds the term-by-document matrix (Lucene variant, whose idf is always positive, so
+    every posting is kept). At query time each query term's column is rescaled from bm25s' weight
+    to rank-bm25's Okapi weight (Robertson idf, with negative idfs floored at 0.25 x the mean idf,
+    times ``k1 + 1``), so scores and rankings equal ``RankBM25Retriever``'s up to float rounding.
+    The cost per query is the length of the query terms' posting lists, not the corpus size.
+
+    Args:
+        paragraphs: The corpus.
+        k1: BM25 term-frequency saturation.
+        b: BM25 length normalization.
+        epsilon: rank-bm25's idf floor, as a fraction of the mean idf.
+    """
+
+    def __init__(
+        self,
+        paragraphs: Sequence[Paragraph],
+        k1: float = 1.5,
+        b: float = 0.75,
+        epsilon: float = 0.25,
+    ) -> None:
+        super().__init__(paragraphs, k1, b)
+        try:
+            import bm25s
+        except ImportError as e:  # pragma: no cover - bm25s is a core dependency
+            raise MissingDependencyError("bm25s", "all") from e
+        corpus = [_document_tokens(p) for p in self.paragraphs]
+        self._vocab: dict[str, int] = {}
+        if not (corpus and any(corpus)):
+            return
+        index = bm25s.BM25(k1=k1, b=b, method="lucene", dtype="float64")
+        index.index(corpus, show_progress=False, create_empty_token=False)
+        self._vocab = index.vocab_dict
+        self._data = index.scores["data"]
+        self._indices = index.scores["indices"]
+        self._indptr = index.scores["indptr"]
+        self._weight = self._okapi_weights(corpus, index.vocab_dict, k1, epsilon)
+
+    def _okapi_weights(
+        self, corpus: list[list[str]], vocab: dict[str, int], k1: float, epsilon: float
+    ) -> np.ndarray:
+        """Per column: rank-bm25's Okapi idf x (k1 + 1) / bm25s' Lucene idf.
+
+        The idfs are computed as rank-bm25 does (``math.log``, mean summed in order of first
+        occurrence), not in bm25s' vocabulary order, which follows Python's string hashing and
+        would make near-tied scores differ from one process to the next.
+        """
+        n_docs = len(corpus)
+        doc_freq = np.diff(self._indptr)  # (V,) postings per column = documents with the term
+        okapi_idf = np.zeros(len(doc_freq))
+        total = 0.0
+        for token in dict.fromkeys(t for doc in corpus for t in doc):
+            column = vocab[token]
+            df = int(doc_freq[column])
+            okapi_idf[column] = math.log(n_docs - df + 0.5) - math.log(df + 0.5)
+            total += okapi_idf[column]
+        okapi_idf[okapi_idf < 0] = epsilon * total / len(doc_freq)
+        lucene_idf = np.log1p((n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
+        return okapi_idf * (k1 + 1) / lucene_idf
+
+    def _vocabulary(self) -> Container[str]:
+        return self._vocab
+
+    def _scores(self, query_tokens: list[str]) -> np.ndarray:
+        scores = np.zeros(len(self.paragraphs))
+        for token in query_tokens:
+            column = self._vocab.get(token)
+            if column is None:
+                continue
+            start, end = self._indptr[column], self._indptr[column + 1]
+            scores[self._indices[start:end]] += self._weight[column] * self._data[start:end]
+        return scores
+
+
+BACKENDS: dict[str, type[_BM25Base]] = {
+    "rank_bm25": RankBM25Retriever,
+    "bm25s": BM25sRetriever,
+}
+"""Retriever backends by name (the envs' ``retriever=`` argument)."""
+
+
+def build_retriever(backend: str, paragraphs: Sequence[Paragraph]) -> Retriever:
+    """Build a retriever of the named backend over ``paragraphs``.
+
+    Raises:
+        ValueError: ``backend`` is not a key of ``BACKENDS``.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(
+            f"Unknown retriever {backend!r}; choose one of {', '.join(sorted(BACKENDS))}"
+        )
+    return BACKENDS[backend](paragraphs)
+
+
+def global_corpus(tasks: Iterable[Task]) -> tuple[Paragraph, ...]:
+    """The union of the tasks' paragraphs, deduplicated by ``(title, text)``, first seen first."""
+    seen: dict[tuple[str, str], Paragraph] = {}
+    for task in tasks:
+        for paragraph in task.paragraphs:
+            seen.setdefault((paragraph.title, paragraph.text), paragraph)
+    return tuple(seen.values())
