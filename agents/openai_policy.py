@@ -1,0 +1,311 @@
+"""``OpenAIPolicy``: any OpenAI-compatible chat server (``vllm serve``, SGLang, llama.cpp, ...).
+
+Requests go through the official ``openai`` client, one chat-completion request per conversation
+(with ``n`` samples), several at once in a thread pool. Connection errors, timeouts, HTTP 429 and
+5xx are retried with exponential backoff; other 4xx answers fail at once with an error that says
+what the server objected to (for an unknown model: the models it does serve).
+
+Stop strings: chat APIs cut the stop string out of the reply. It is put back when the server says
+which one matched (vLLM and SGLang report ``stop_reason``); when the server does not report it, a
+stop string of the form ``</tag>`` is put back if the reply ends with ``<tag>`` left open. A reply
+ended by an end-of-sequence token gets nothing appended.
+
+Token ids are not part of the chat API, so completions carry empty ``token_ids`` unless the server
+returns them (vLLM does with ``return_tokens_as_token_ids``; ask for it with
+``OpenAIPolicy(..., token_ids=True)``). Per-token logprobs are returned when the server gives them.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from passkt.agents.policy import Completion, Conversation, SamplingParams
+from passkt.agents.vllm_policy import request_seeds
+from passkt.envs.errors import MissingDependencyError, PassktError
+
+logger = logging.getLogger(__name__)
+
+_TOKEN_ID = re.compile(r"^token_id:(\d+)$")
+_CLOSING_TAG = re.compile(r"^</([A-Za-z][\w-]*)>$")
+
+
+class ServerRequestError(PassktError, RuntimeError):
+    """A request to an OpenAI-compatible server failed (after any retries)."""
+
+    def __init__(self, message: str, *, url: str, status: int | None = None) -> None:
+        self.url, self.status = url, status
+        super().__init__(message)
+
+
+class ServerTimeoutError(ServerRequestError, TimeoutError):
+    """The server did not answer within the timeout (after any retries)."""
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def _field(obj: Any, name: str) -> tuple[bool, Any]:
+    """``(present, value)`` of a response field, for dicts and openai's pydantic models alike
+    (fields outside the OpenAI schema, such as vLLM's ``stop_reason``, live in ``model_extra``)."""
+    if isinstance(obj, Mapping):
+        return name in obj, obj.get(name)
+    if name in getattr(type(obj), "model_fields", {}) or hasattr(obj, name):
+        return True, getattr(obj, name, None)
+    extra = getattr(obj, "model_extra", None) or {}
+    return name in extra, extra.get(name)
+
+
+def infer_stop(text: str, stops: Sequence[str]) -> str | None:
+    """The closing-tag stop string that ``text`` leaves open, e.g. ``</answer>`` after
+    ``"... <answer>Paris"``; None if no ``</tag>`` stop string has its ``<tag>`` open."""
+    best, best_at = None, -1
+    for stop in stops:
+        match = _CLOSING_TAG.match(stop)
+        if not match:
+            continue
+        opened = max(text.rfind(f"<{match.group(1)}>"), text.rfind(f"<{match.group(1)} "))
+        if opened > text.rfind(stop) and opened > best_at:
+            best, best_at = stop, opened
+    return best
+
+
+def restore_stop(
+    text: str, finish_reason: str | None, stop_reason: tuple[bool, Any], stops: Sequence[str]
+) -> str:
+    """Put back the stop string that the server cut from ``text``.
+
+    Args:
+        text: The reply as the server sent it.
+        finish_reason: The choice's ``finish_reason``.
+        stop_reason: ``(reported, value)``: whether the server has a ``stop_reason`` field and
+            its value (the matched stop string; None or a token id when EOS or a stop token
+            ended the reply).
+        stops: The stop strings of the request.
+    """
+    if finish_reason != "stop":
+        return text
+    reported, value = stop_reason
+    stop = (value if isinstance(value, str) else None) if reported else infer_stop(text, stops)
+    if stop and not text.endswith(stop):
+        return text + stop
+    return text
+
+
+def completion_from_choice(choice: Any, stops: Sequence[str]) -> Completion:
+    """Convert one chat-completion choice (dict or openai model) into a ``Completion``."""
+    message = _field(choice, "message")[1]
+    text = _field(message, "content")[1] or ""
+    finish_reason = _field(choice, "finish_reason")[1]
+    text = restore_stop(text, finish_reason, _field(choice, "stop_reason"), stops)
+    entries = _field(_field(choice, "logprobs")[1] or {}, "content")[1] or []
+    logprobs = tuple(float(_field(e, "logprob")[1]) for e in entries)
+    tokens = [_TOKEN_ID.match(str(_field(e, "token")[1])) for e in entries]
+    ids = tuple(int(m.group(1)) for m in tokens) if tokens and all(tokens) else ()
+    return Completion(
+        text=text,
+        token_ids=ids,
+        logprobs=logprobs,
+        finish_reason="length" if finish_reason == "length" else "stop",
+    )
+
+
+# --------------------------------------------------------------------------- the policy
+
+
+class OpenAIPolicy:
+    """A chat model behind an OpenAI-compatible HTTP API."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        logprobs: bool = True,
+        concurrency: int = 8,
+        token_ids: bool = False,
+    ) -> None:
+        """Connect to a server (nothing is sent until the first ``generate``).
+
+        Args:
+            base_url: The API root, e.g. ``"http://localhost:8000/v1"``.
+            model: The served model name (``GET /v1/models`` lists them).
+            api_key: Bearer token; default ``"EMPTY"``, which local servers accept. Your
+                ``OPENAI_API_KEY`` is never read implicitly (it must not leak to other servers).
+            timeout: Seconds to wait for one answer.
+            max_retries: Retries after a connection error, timeout, HTTP 429 or 5xx.
+            backoff: Seconds before the first retry; doubled for each further one.
+            logprobs: Ask for per-token logprobs.
+            concurrency: Requests in flight at once.
+            token_ids: Ask for token ids as well (vLLM's ``return_tokens_as_token_ids``; other
+                servers may reject the field).
+
+        Raises:
+            MissingDependencyError: If the ``openai`` package is not installed.
+        """
+        try:
+            import openai
+        except ImportError as e:
+            raise MissingDependencyError("openai", "openai") from e
+        for name, value, low in (("timeout", timeout, 0), ("backoff", backoff, 0)):
+            if value < low:
+                raise ValueError(f"{name} must be >= {low}, got {value}")
+        if max_retries < 0 or concurrency < 1:
+            raise ValueError(
+                f"need max_retries >= 0 and concurrency >= 1, got {max_retries}, {concurrency}"
+            )
+        self.base_url, self.model = base_url, model
+        self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
+        self.logprobs, self.concurrency, self.token_ids = logprobs, concurrency, token_ids
+        self.spec = f"openai:{base_url}#{model}"  # the spec load_policy parses
+        self._openai = openai
+        self.client = openai.OpenAI(
+            base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout, max_retries=0
+        )
+
+    def generate(
+        self, conversations: Sequence[Conversation], params: SamplingParams
+    ) -> list[Completion]:
+        """Sample ``params.n`` replies per conversation (conversation-major)."""
+        seeds = request_seeds(params.seed, len(conversations))
+        jobs = list(zip(conversations, seeds, strict=True))
+        if len(jobs) <= 1 or self.concurrency == 1:
+            results = [self._complete(c, params, s) for c, s in jobs]
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs))) as pool:
+                results = list(pool.map(lambda job: self._complete(job[0], params, job[1]), jobs))
+        return [completion for per_conversation in results for completion in per_conversation]
+
+    def _complete(
+        self, conversation: Conversation, params: SamplingParams, seed: int | None
+    ) -> list[Completion]:
+        """``params.n`` completions of one conversation; asks again if the server gave fewer."""
+        completions: list[Completion] = []
+        for attempt in range(params.n):  # at worst one choice per request
+            request_seed = None if seed is None else seed + attempt * 1_000_003
+            response = self._request(
+                conversation, params, params.n - len(completions), request_seed
+            )
+            choices = sorted(response.choices, key=lambda c: c.index)
+            completions.extend(completion_from_choice(c, params.stop) for c in choices)
+            if len(completions) >= params.n or not choices:
+                break
+        if len(completions) < params.n:
+            raise ServerRequestError(
+                f"{self.base_url} returned {len(completions)} of the {params.n} choices asked for",
+                url=self.base_url,
+            )
+        return completions[: params.n]
+
+    def _request_kwargs(
+        self, conversation: Conversation, params: SamplingParams, n: int, seed: int | None
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": [dict(m) for m in conversation],
+            "n": n,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_new_tokens,
+        }
+        if params.stop:
+            kwargs["stop"] = list(params.stop)
+        if seed is not None:
+            kwargs["seed"] = seed
+        if self.logprobs:
+            kwargs["logprobs"] = True
+        extra = {}
+        if params.top_k > 0:
+            extra["top_k"] = params.top_k  # not in the OpenAI schema; vLLM and SGLang take it
+        if self.token_ids:
+            extra["return_tokens_as_token_ids"] = True
+        if extra:
+            kwargs["extra_body"] = extra
+        return kwargs
+
+    def _request(
+        self, conversation: Conversation, params: SamplingParams, n: int, seed: int | None
+    ) -> Any:
+        """One chat-completion request, retried on transient failures."""
+        openai = self._openai
+        kwargs = self._request_kwargs(conversation, params, n, seed)
+        failure: Exception | None = None
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                delay = self.backoff * 2 ** (attempt - 1)
+                logger.warning("retrying %s in %.2f s after: %s", self.base_url, delay, failure)
+                time.sleep(delay)
+            try:
+                return self.client.chat.completions.create(**kwargs)
+            except openai.APIConnectionError as e:  # includes APITimeoutError
+                failure = e
+            except openai.APIStatusError as e:
+                if e.status_code != 429 and e.status_code < 500:
+                    raise self._rejected(e) from e
+                failure = e
+        raise self._gave_up(failure) from failure
+
+    def _gave_up(self, failure: Exception | None) -> ServerRequestError:
+        attempts = f"{self.max_retries + 1} attempt{'s' if self.max_retries else ''}"
+        if isinstance(failure, self._openai.APITimeoutError):
+            return ServerTimeoutError(
+                f"no answer from {self.base_url} within timeout={self.timeout} s ({attempts}); "
+                "raise timeout=... or check that the server is not overloaded",
+                url=self.base_url,
+            )
+        if isinstance(failure, self._openai.APIStatusError):
+            return ServerRequestError(
+                f"{self.base_url} kept failing with HTTP {failure.status_code} ({attempts}): "
+                f"{_server_message(failure)}",
+                url=self.base_url,
+                status=failure.status_code,
+            )
+        return ServerRequestError(
+            f"could not connect to {self.base_url} ({attempts}): {failure}. "
+            "Is the server running, and is base_url right (it usually ends in /v1)?",
+            url=self.base_url,
+        )
+
+    def _rejected(self, error: Any) -> ServerRequestError:
+        """A clear error for a 4xx answer; for an unknown model, list the served ones."""
+        status, message = error.status_code, _server_message(error)
+        served = self._served_models() if status in (400, 404, 422) else None
+        if served is not None and self.model not in served:
+            return ServerRequestError(
+                f"model {self.model!r} is not served at {self.base_url} (HTTP {status}: "
+                f"{message}); the server offers: {', '.join(served) or 'no models'}. "
+                "Pass one of them as model=...",
+                url=self.base_url,
+                status=status,
+            )
+        return ServerRequestError(
+            f"{self.base_url} rejected the request for model {self.model!r} "
+            f"(HTTP {status}): {message}",
+            url=self.base_url,
+            status=status,
+        )
+
+    def _served_models(self) -> list[str] | None:
+        try:
+            return sorted(m.id for m in self.client.models.list())
+        except self._openai.OpenAIError:
+            return None
+
+
+def _server_message(error: Any) -> str:
+    body = getattr(error, "body", None)
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping) and inner.get("message"):
+            return str(inner["message"])
+        if isinstance(inner, str):
+            return inner
+    return str(getattr(error, "message", error))
