@@ -1,0 +1,122 @@
+"""Cost of a full PASS@(k,T) surface: prefix sharing against independent per-T runs.
+
+Runs the same evaluation twice in one process, same policy, tasks, n and T grid: once with prefix
+sharing (one rollout at the largest T, a forked branch per smaller T) and once with every T run on
+its own. Prints generated tokens, policy calls (batched generate rounds) and wall time side by
+side with their ratio, and checks the estimates: for a deterministic policy (a scripted one, or
+temperature 0) the two surfaces must be identical, and the script fails if they are not.
+
+    python benchmarks/eval_cost.py                          # scripted:oracle, 100 tasks, n = 16
+    python benchmarks/eval_cost.py --policy scripted:heuristic --temperature 0
+    python benchmarks/eval_cost.py --policy hf:smollm2-135m-instruct --limit 5 --n 2 \\
+        --temperature 0 --max-new-tokens 48
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from passkt.agents.policy import SamplingParams
+from passkt.agents.specs import load_policy, parse_spec
+from passkt.eval.cli import parse_env_kwargs, parse_int_list
+from passkt.eval.evaluate import env_info, evaluate
+
+
+class _Counting:
+    """Wraps a policy and counts the sequences it is asked to continue (one per turn played)."""
+
+    def __init__(self, policy) -> None:
+        self._policy = policy
+        self.sequences = 0
+
+    def __getattr__(self, name: str):  # tokenizer, spec ...: a TokenPolicy stays a TokenPolicy
+        return getattr(self._policy, name)
+
+    def generate(self, conversations, params):
+        self.sequences += len(conversations)
+        return self._policy.generate(conversations, params)
+
+    def generate_ids(self, prompts, params):
+        self.sequences += len(prompts)
+        return self._policy.generate_ids(prompts, params)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--env", default="BridgeQA-v0")
+    p.add_argument("--env-kwargs", default=None, help="k=v,... as for `passkt eval`")
+    p.add_argument("--policy", default="scripted:oracle", help="a policy spec (default oracle)")
+    p.add_argument("--n", type=int, default=16)
+    p.add_argument("--budgets", default="0,1,2,3,5")
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = deterministic")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--device", default=None, help="hf: cpu / cuda")
+    p.add_argument("--dtype", default=None, help="hf: float32 / bfloat16")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    parse_spec(args.policy)  # a bad spec fails before any work
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
+    budgets = parse_int_list(args.budgets, "--budgets")
+    options = {k: v for k, v in (("device", args.device), ("dtype", args.dtype)) if v}
+    info = env_info(args.env, env_kwargs)
+    policy = load_policy(args.policy, tasks=info.tasks, **options)  # loaded once, used twice
+    params = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    # The oracle ignores sampling; every other policy is deterministic at temperature 0.
+    deterministic = args.temperature == 0 or args.policy == "scripted:oracle"
+    runs = {}
+    for label, share in (("prefix sharing", True), ("independent per T", False)):
+        counting = _Counting(policy)
+        started = time.perf_counter()
+        result = evaluate(
+            args.env,
+            counting,
+            env_kwargs=env_kwargs,
+            n=args.n,
+            budgets=budgets,
+            limit=args.limit,
+            seed=args.seed,
+            params=params,
+            share_prefix=share,
+            progress=False,
+        )
+        runs[label] = (result, counting.sequences, time.perf_counter() - started)
+
+    (shared, seq_shared, t_shared), (alone, seq_alone, t_alone) = runs.values()
+    rows = [
+        ("generated tokens", shared.stats.generated_tokens, alone.stats.generated_tokens),
+        ("turns generated", seq_shared, seq_alone),
+        ("policy calls (rounds)", shared.stats.policy_calls, alone.stats.policy_calls),
+        ("wall seconds", t_shared, t_alone),
+    ]
+    grid = f"T in {{{','.join(map(str, budgets))}}}"
+    print(
+        f"{args.env} {env_kwargs or ''} | {args.policy} (temperature {args.temperature}) | "
+        f"{shared.outcomes.num_tasks} tasks, n = {args.n}, {grid}"
+    )
+    print(f"| {'':22} | {'prefix sharing':>15} | {'independent per T':>18} | {'ratio':>6} |")
+    print(f"|{'-' * 24}|{'-' * 16}:|{'-' * 19}:|{'-' * 7}:|")
+    for name, a, b in rows:
+        fmt = "{:.2f}" if isinstance(a, float) else "{:d}"
+        ratio = b / a if a else float("nan")
+        print(f"| {name:22} | {fmt.format(a):>15} | {fmt.format(b):>18} | {ratio:>5.2f}x |")
+
+    diff = float(np.abs(shared.surface.values - alone.surface.values).max())
+    same = shared.outcomes.with_name("x") == alone.outcomes.with_name("x")
+    print(f"pass@k surfaces: max |difference| = {diff:.4f}; outcomes identical: {same}")
+    if deterministic and not same:
+        print("FAIL: a deterministic policy must give identical estimates", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

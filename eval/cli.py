@@ -1,0 +1,684 @@
+"""The ``passkt`` command line: ``eval``, ``report``, ``compare`` (and ``train``, ``analyze``).
+
+This is the only module of passkt that prints. User errors (a bad flag value, an unknown env id, a
+run directory that does not fit the request) end in one line ``passkt: error: ...`` and exit
+code 2, without a traceback (``--traceback`` shows it). Results go to stdout, progress and notes to
+stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from passkt.envs.errors import PassktError
+
+__all__ = [
+    "DEFAULT_ENV",
+    "DEFAULT_LIMIT",
+    "DEFAULT_POLICY",
+    "Report",
+    "build_parser",
+    "default_out_dir",
+    "main",
+    "parse_env_kwargs",
+    "parse_int_list",
+    "write_comparison",
+    "write_report",
+]
+
+DEFAULT_ENV = "BridgeQA-v0"
+DEFAULT_POLICY = "scripted:heuristic"
+DEFAULT_N = 16
+DEFAULT_LIMIT = 100
+"""The study evaluates 100 problems per category."""
+
+_PLUGINS: dict[str, tuple[str, str]] = {
+    "train": ("passkt.agents.train.cli", "train a policy with GRPO or SFT on any registered env"),
+    "analyze": ("passkt.eval.analysis.cli", "segment perplexity and strategy diversity of runs"),
+}
+"""Subcommands that live in other modules: name -> (module with ``add_parser(subparsers)``, help).
+A module is imported only when its command runs, so the CLI starts fast and works without it."""
+
+EVAL_EXAMPLES = """\
+examples:
+  passkt eval
+      the embedded default: synthetic BridgeQA-v0, scripted:heuristic, 100 test tasks, n = 16,
+      T in 0,1,2,3,5; prints the surface and writes runs/<env>-<policy>-<time>/report/
+  passkt eval --env ComparisonQA-v0 --policy scripted:oracle --n 4 --limit 20
+  passkt eval --env BridgeQA-v0 --env-kwargs hops=3,reveal_budget=true --budgets 0,1,2,3,5
+  passkt eval --env BridgeQA-v0 --env-kwargs source=hotpotqa,path=data/hotpot_dev.json \\
+      --policy hf:Qwen/Qwen2.5-7B-Instruct --device cuda --dtype bfloat16 --n 64
+  passkt eval --env Math-v0 --env-kwargs source=math500,path=data/math500.jsonl \\
+      --policy vllm:Qwen/Qwen2.5-7B-Instruct --n 64      (math: T = 0 only)
+  passkt eval --policy openai:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-7B-Instruct --out runs/base
+  passkt eval --out runs/base --resume      (continue a crashed run; repeat its arguments)
+"""
+
+REPORT_EXAMPLES = """\
+examples:
+  passkt report runs/base                 tables and plots into runs/base/report/
+  passkt report runs/base --ks 1,4,16 --n-boot 2000 --out /tmp/base-report
+"""
+
+COMPARE_EXAMPLES = """\
+examples:
+  passkt compare runs/base runs/rl                       gaps rl - base, boundary sets, Venn
+  passkt compare runs/base runs/rl runs/sft --names base,rl,sft --budget 5 --out runs/cmp
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line, ``passkt: error: ...``, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("passkt").strip()
+        hint = f" (see `passkt {command} --help`)" if command else " (see `passkt --help`)"
+        _fail(message + hint)
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"passkt: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+# ---------------------------------------------------------------------- value parsing
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas that are not inside brackets, braces or quotes."""
+    parts, depth, quote, current = [], 0, "", []
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return [p for p in (part.strip() for part in parts) if p]
+
+
+def _parse_value(text: str) -> Any:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    try:
+        return json.loads(text)  # ints, floats, lists, objects, "quoted strings"
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_env_kwargs(text: str | None) -> dict[str, Any]:
+    """Parse ``--env-kwargs``: ``k=v,k=v`` (ints, floats, true/false, none, JSON lists) or JSON.
+
+    Examples: ``hops=3,reveal_budget=true``, ``source=hotpotqa,path=data/dev.json``,
+    ``{"hops": 3, "top_k": 5}``.
+
+    Raises:
+        ValueError: naming the bad item and the expected syntax.
+    """
+    if text is None or not text.strip():
+        return {}
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--env-kwargs is not valid JSON ({e}): {text!r}") from e
+        if not isinstance(value, dict):
+            raise ValueError(f"--env-kwargs JSON must be an object, got {text!r}")
+        return value
+    out: dict[str, Any] = {}
+    for item in _split_top_level(text):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ValueError(
+                f"bad --env-kwargs item {item!r}: expected key=value pairs separated by commas, "
+                'e.g. --env-kwargs hops=3,reveal_budget=true (or a JSON object {"hops": 3})'
+            )
+        if key in out:
+            raise ValueError(f"--env-kwargs gives {key!r} twice")
+        out[key] = _parse_value(raw.strip())
+    return out
+
+
+def parse_int_list(text: str, flag: str) -> tuple[int, ...]:
+    """Parse ``0,1,2,3,5`` into sorted unique ints; the error names ``flag``."""
+    try:
+        values = [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise ValueError(
+            f"{flag} must be comma-separated integers, e.g. {flag} 0,1,2,3,5; got {text!r}"
+        ) from None
+    if not values:
+        raise ValueError(f"{flag} is empty; give comma-separated integers")
+    if any(v < 0 for v in values):
+        raise ValueError(f"{flag} values must be non-negative, got {text!r}")
+    return tuple(sorted(set(values)))
+
+
+def _parse_task_ids(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    if text.startswith("@"):
+        path = Path(text[1:])
+        if not path.is_file():
+            raise ValueError(f"--task-ids file {path} does not exist (give @FILE, one id a line)")
+        ids = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    else:
+        ids = [part.strip() for part in text.split(",")]
+    ids = [i for i in ids if i]
+    if not ids:
+        raise ValueError("--task-ids is empty")
+    return ids
+
+
+def _parse_limit(text: str) -> int | None:
+    if text.lower() in ("all", "0", "none"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive int or 'all', got {text!r}"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a positive int or 'all', got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def default_out_dir(env_id: str, policy: str, now: _dt.datetime | None = None) -> Path:
+    """``runs/<env>-<policy>-<YYYYmmdd-HHMMSS>`` with the policy spec made path-safe."""
+    now = now or _dt.datetime.now()
+    kind, _, target = policy.partition(":")
+    target = target.rsplit("#", 1)[-1].rstrip("/").rsplit("/", 1)[-1]
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{kind}-{target}").strip("-")
+    base = Path("runs") / f"{env_id}-{slug}-{now:%Y%m%d-%H%M%S}"
+    out, i = base, 2
+    while out.exists():
+        out, i = base.with_name(f"{base.name}-{i}"), i + 1
+    return out
+
+
+# ---------------------------------------------------------------------- report and compare
+
+
+@dataclass(frozen=True)
+class Report:
+    """What ``write_report`` / ``write_comparison`` produced: a Markdown summary and its files."""
+
+    markdown: str
+    out_dir: Path
+    files: tuple[Path, ...]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "run"
+
+
+def _boundary_markdown(table: Any) -> str:
+    from passkt.eval.stats import boundary_set
+
+    header = "| T | " + " | ".join(str(t) for t in table.budgets) + " |"
+    rule = "|---:|" + "|".join("---:" for _ in table.budgets) + "|"
+    sizes = [str(len(boundary_set(table, t))) for t in table.budgets]
+    return (
+        f"Boundary set (problems solved at least once in n = {table.n}) of "
+        f"{table.num_tasks} problems\n\n{header}\n{rule}\n| solved | " + " | ".join(sizes) + " |\n"
+    )
+
+
+def write_report(
+    run_dir: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    ks: Sequence[int] | None = None,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    partial: bool = False,
+) -> Report:
+    """Surface tables (Markdown, CSV, JSON) with bootstrap CIs and plots of one run.
+
+    Writes ``surface.{md,csv,json}``, ``boundary.md``, ``heatmap.{png,svg}``,
+    ``pass_curves.{png,svg}`` and ``report.md`` into ``out_dir`` (default ``RUN_DIR/report``).
+    """
+    from passkt.eval.estimator import surface
+    from passkt.eval.plots import plot_pass_curves, plot_surface_heatmap
+    from passkt.eval.stats import bootstrap_surface
+    from passkt.eval.store import load_run
+    from passkt.eval.tables import surface_markdown, write_surface_tables
+
+    manifest, table = load_run(run_dir, partial=partial)
+    out = Path(out_dir) if out_dir is not None else Path(run_dir) / "report"
+    surf = surface(table, ks)
+    ci = bootstrap_surface(surf, n_boot=n_boot, level=level, seed=seed)
+    files = list(write_surface_tables(surf, ci, out, "surface").values())
+    boundary = _boundary_markdown(table)
+    (out / "boundary.md").write_text(boundary, encoding="utf-8")
+    files.append(out / "boundary.md")
+    files += plot_surface_heatmap(surf, out / "heatmap")
+    files += plot_pass_curves({table.name: (surf, ci)}, out / "pass_curves")
+    kwargs = ", ".join(f"{k}={v}" for k, v in manifest["env_kwargs"].items()) or "defaults"
+    markdown = (
+        f"{surface_markdown(surf, ci)}\n{boundary}\n"
+        f"env {manifest['env_id']} ({kwargs}, split {manifest['split']}), "
+        f"policy {manifest['policy']}, seed {manifest['seed']}\n"
+    )
+    summary = markdown + "\n![PASS@(k,T) heatmap](heatmap.png)\n\n![pass curves](pass_curves.png)\n"
+    (out / "report.md").write_text(summary, encoding="utf-8")
+    files.append(out / "report.md")
+    return Report(markdown, out, tuple(files))
+
+
+def _run_names(run_dirs: Sequence[Path], manifests: Sequence[dict], names: Sequence[str] | None):
+    if names is not None:
+        if len(names) != len(run_dirs):
+            raise ValueError(f"--names gives {len(names)} names for {len(run_dirs)} runs")
+        chosen = list(names)
+    else:
+        chosen = [str(m.get("name") or d.name) for d, m in zip(run_dirs, manifests, strict=True)]
+        if len(set(chosen)) != len(chosen):
+            chosen = [d.resolve().name for d in run_dirs]
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"runs need distinct names, got {chosen}; pass --names a,b,...")
+    return chosen
+
+
+def write_comparison(
+    run_dirs: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    names: Sequence[str] | None = None,
+    ks: Sequence[int] | None = None,
+    budget: int | None = None,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Report:
+    """Paired comparison of runs 2.. against run 1: gap tables and plots, boundary sets, Venn.
+
+    For every later run ``b``: ``gap_<b>_vs_<a>.{md,csv,json,png,svg}`` (gap per (k, T) with a
+    paired bootstrap CI, crossover k, whether the gap widens) and ``boundary_<b>_vs_<a>.md``;
+    for all runs: ``pass_curves.{png,svg}`` and, for 2 or 3 runs, ``venn.{md,csv,png,svg}``.
+    """
+    from passkt.eval.estimator import default_ks, surface
+    from passkt.eval.plots import plot_boundary_venn, plot_gap, plot_pass_curves
+    from passkt.eval.stats import bootstrap_surface, boundary_comparison, compare, venn
+    from passkt.eval.store import load_run
+    from passkt.eval.tables import (
+        boundary_markdown,
+        comparison_csv,
+        comparison_json,
+        comparison_markdown,
+        venn_csv,
+        venn_markdown,
+    )
+
+    dirs = [Path(d) for d in run_dirs]
+    if len(dirs) < 2:
+        raise ValueError("compare needs at least two run directories")
+    loaded = [load_run(d) for d in dirs]
+    labels = _run_names(dirs, [m for m, _ in loaded], names)
+    tables = [t.with_name(name) for (_, t), name in zip(loaded, labels, strict=True)]
+    shared_t = sorted(set.intersection(*(set(t.budgets) for t in tables)))
+    if not shared_t:
+        raise ValueError(f"the runs share no budget T: {[t.budgets for t in tables]}")
+    t_bound = shared_t[-1] if budget is None else budget
+    if t_bound not in shared_t:
+        raise ValueError(f"--budget {budget} was not evaluated by every run; shared: {shared_t}")
+    ks = tuple(ks) if ks is not None else default_ks(min(t.n for t in tables))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files: list[Path] = []
+    parts: list[str] = []
+
+    def write(name: str, text: str) -> None:
+        (out / name).write_text(text, encoding="utf-8")
+        files.append(out / name)
+
+    a = tables[0]
+    for b in tables[1:]:
+        stem = f"{_slug(b.name)}_vs_{_slug(a.name)}"
+        cmp = compare(a, b, ks=ks, budgets=shared_t, n_boot=n_boot, seed=seed, level=level)
+        bc = boundary_comparison(a, b, t_bound)
+        parts += [comparison_markdown(cmp), boundary_markdown(bc)]
+        write(f"gap_{stem}.md", parts[-2])
+        write(f"gap_{stem}.csv", comparison_csv(cmp))
+        write(f"gap_{stem}.json", comparison_json(cmp))
+        write(f"boundary_{stem}.md", parts[-1])
+        files += plot_gap(cmp, out / f"gap_{stem}")
+    curves = {}
+    for t in tables:
+        surf = surface(t.select_budgets(shared_t), ks)
+        curves[t.name] = (surf, bootstrap_surface(surf, n_boot=n_boot, level=level, seed=seed))
+    files += plot_pass_curves(curves, out / "pass_curves")
+    if len(tables) <= 3:
+        v = venn(tables, t_bound)
+        parts.append(venn_markdown(v))
+        write("venn.md", parts[-1])
+        write("venn.csv", venn_csv(v))
+        files += plot_boundary_venn(v, out / "venn")
+    markdown = "\n".join(parts)
+    write("report.md", markdown)
+    return Report(markdown, out, tuple(files))
+
+
+# ---------------------------------------------------------------------- commands
+
+
+def _policy_options(args: argparse.Namespace, kind: str) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for flag in ("device", "dtype"):
+        value = getattr(args, flag)
+        if value is None:
+            continue
+        if kind not in ("hf", "vllm"):
+            raise ValueError(f"--{flag} applies to hf: and vllm: policies, not {args.policy!r}")
+        options[flag] = value
+    return options
+
+
+def _announce(out: Path, finished: int, total: int) -> None:
+    resumed = f" (resuming: {finished} of {total} chunks done)" if finished else ""
+    print(f"passkt: run directory {out}{resumed}", file=sys.stderr)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from passkt.agents.policy import SamplingParams
+    from passkt.agents.specs import parse_spec
+    from passkt.eval.evaluate import DEFAULT_BUDGETS, env_info, evaluate
+
+    kind, _ = parse_spec(args.policy)
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
+    options = _policy_options(args, kind)
+    task_ids = _parse_task_ids(args.task_ids)
+    if args.resume and args.out is None:
+        raise ValueError("--resume needs --out RUN_DIR: the run directory to continue")
+    budgets = parse_int_list(args.budgets, "--budgets") if args.budgets else None
+    if budgets is None:
+        info = env_info(args.env, env_kwargs, args.split)
+        budgets = DEFAULT_BUDGETS if info.has_tools else (0,)
+        if not info.has_tools:
+            print(f"passkt: {args.env} has no tools: evaluating T = 0 only", file=sys.stderr)
+    ks = parse_int_list(args.ks, "--ks") if args.ks else None
+    params = SamplingParams(
+        temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens
+    )
+    out = Path(args.out) if args.out is not None else default_out_dir(args.env, args.policy)
+    started = time.perf_counter()
+    run = evaluate(
+        args.env,
+        args.policy,
+        env_kwargs=env_kwargs,
+        n=args.n,
+        budgets=budgets,
+        ks=ks,
+        split=args.split,
+        task_ids=task_ids,
+        limit=args.limit,
+        out_dir=out,
+        resume=args.resume,
+        seed=args.seed,
+        params=params,
+        chunk_tasks=args.chunk_tasks,
+        share_prefix=False if args.no_share_prefix else None,
+        progress=not args.no_progress,
+        policy_options=options,
+        name=args.name,
+        on_open=_announce,
+    )
+    seconds = time.perf_counter() - started
+    stats = run.stats
+    print(
+        f"passkt: {run.outcomes.num_tasks} tasks x n = {run.outcomes.n} x T in "
+        f"{list(run.outcomes.budgets)} in {seconds:.1f} s ({run.chunks_run} chunk(s) run, "
+        f"{run.chunks_skipped} resumed; {stats.policy_calls} policy calls, "
+        f"{stats.generated_tokens} generated tokens)",
+        file=sys.stderr,
+    )
+    if args.no_report:
+        from passkt.eval.tables import surface_markdown
+
+        print(surface_markdown(run.surface))
+        return 0
+    report = write_report(out, ks=ks)
+    print(report.markdown)
+    print(f"passkt: report written to {report.out_dir}/ (report.md, heatmap.png, ...)")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    ks = parse_int_list(args.ks, "--ks") if args.ks else None
+    report = write_report(
+        args.run_dir,
+        args.out,
+        ks=ks,
+        n_boot=args.n_boot,
+        level=args.level,
+        partial=args.partial,
+    )
+    print(report.markdown)
+    print(f"passkt: report written to {report.out_dir}/")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    ks = parse_int_list(args.ks, "--ks") if args.ks else None
+    names = [n.strip() for n in args.names.split(",")] if args.names else None
+    out = args.out
+    if out is None:
+        out = Path("runs") / f"compare-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+    report = write_comparison(
+        args.runs,
+        out,
+        names=names,
+        ks=ks,
+        budget=args.budget,
+        n_boot=args.n_boot,
+        level=args.level,
+    )
+    print(report.markdown)
+    print(f"passkt: comparison written to {report.out_dir}/")
+    return 0
+
+
+# ---------------------------------------------------------------------- parser
+
+
+def _add_eval(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate a policy on an env over the PASS@(k,T) grid",
+        description="Roll out a policy n times per task at every budget T, store every episode "
+        "(crash-safe, resumable), and print the PASS@(k,T) surface. With no arguments: the "
+        "embedded default job.",
+        epilog=EVAL_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--env", default=DEFAULT_ENV, help="env id (default %(default)s)")
+    p.add_argument(
+        "--env-kwargs",
+        metavar="K=V,...",
+        help="gym.make kwargs: k=v pairs (ints, floats, true/false, none, JSON lists) or a JSON "
+        "object, e.g. source=hotpotqa,path=dev.json or hops=3,reveal_budget=true",
+    )
+    p.add_argument(
+        "--policy",
+        default=DEFAULT_POLICY,
+        metavar="SPEC",
+        help="hf:PATH_OR_ID | vllm:ID | openai:URL#MODEL | scripted:oracle | scripted:heuristic "
+        "(default %(default)s)",
+    )
+    p.add_argument("--n", type=_positive_int, default=DEFAULT_N, help="samples per (task, T)")
+    p.add_argument("--budgets", metavar="T,...", help="T grid (default 0,1,2,3,5; 0 for math envs)")
+    p.add_argument("--ks", metavar="K,...", help="k grid (default powers of two up to n)")
+    p.add_argument("--split", default="test", choices=("test", "train"))
+    p.add_argument(
+        "--limit",
+        type=_parse_limit,
+        default=DEFAULT_LIMIT,
+        help="first N tasks of the split, or 'all' (default %(default)s, as in the study)",
+    )
+    p.add_argument("--task-ids", metavar="ID,...|@FILE", help="only these tasks, in this order")
+    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1.0)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=_positive_int, default=256, help="per turn")
+    p.add_argument("--seed", type=int, default=0, help="run seed (chunk seeds derive from it)")
+    p.add_argument("--device", help="hf/vllm: cpu, cuda, cuda:1 ... (default cpu for hf)")
+    p.add_argument("--dtype", help="hf/vllm: float32, bfloat16, float16 or auto")
+    p.add_argument(
+        "--chunk-tasks",
+        type=_positive_int,
+        help="tasks per chunk (the unit of batching, storing and resuming; default ceil(256/n))",
+    )
+    p.add_argument(
+        "--no-share-prefix",
+        action="store_true",
+        help="run every T on its own instead of forking budgets from one rollout",
+    )
+    p.add_argument("--name", help="run name in tables and legends (default: the policy spec)")
+    p.add_argument("--out", metavar="RUN_DIR", help="default runs/<env>-<policy>-<time>")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-report", action="store_true", help="skip the tables and plots")
+    p.set_defaults(func=_cmd_eval)
+
+
+def _add_stats_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ks", metavar="K,...", help="k grid (default powers of two up to n)")
+    p.add_argument("--n-boot", type=_positive_int, default=1000, help="bootstrap resamples")
+    p.add_argument("--level", type=float, default=0.95, help="confidence level")
+
+
+def _add_report(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="tables and plots of one run",
+        description="PASS@(k,T) table (Markdown, CSV, JSON) with bootstrap CIs over problems, "
+        "boundary sets, heatmap and pass curves (PNG, SVG).",
+        epilog=REPORT_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--out", metavar="DIR", help="default RUN_DIR/report")
+    p.add_argument("--partial", action="store_true", help="report the finished part of a run")
+    _add_stats_options(p)
+    p.set_defaults(func=_cmd_report)
+
+
+def _add_compare(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "compare",
+        help="paired comparison of two or more runs",
+        description="Gap pass@k(run) - pass@k(RUN_A) per (k, T) with paired bootstrap CIs, the "
+        "crossover k, whether the gap widens with k, boundary sets and Venn counts.",
+        epilog=COMPARE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="RUN_A (reference) RUN_B ...")
+    p.add_argument("--names", metavar="A,B,...", help="run names (default: from the manifests)")
+    p.add_argument("--budget", type=int, help="T of the boundary sets (default: largest shared)")
+    p.add_argument("--out", metavar="DIR", help="default runs/compare-<time>")
+    _add_stats_options(p)
+    p.set_defaults(func=_cmd_compare)
+
+
+def _load_plugin(name: str) -> Any | None:
+    """The plugin module of command ``name``, or ``None`` when it is not installed."""
+    module_name = _PLUGINS[name][0]
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is None or not module_name.startswith(e.name):
+            raise  # the plugin exists but one of its own imports is missing
+        return None
+
+
+def _add_plugin(subparsers: Any, name: str, module: Any | None) -> None:
+    if module is not None:
+        module.add_parser(subparsers)
+        return
+    subparsers.add_parser(name, help=_PLUGINS[name][1], add_help=False)
+
+
+def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
+    """The ``passkt`` parser.
+
+    Args:
+        plugin: A plugin command (``train``, ``analyze``) to load for real; the others get a
+            placeholder so ``passkt --help`` lists them without importing them.
+    """
+    parser = _Parser(
+        prog="passkt",
+        description="PASS@(k,T) evaluation of tool-use LLM agents (see `passkt COMMAND --help`).",
+        epilog="Run `passkt eval` with no arguments for the embedded default job.",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_eval(subparsers)
+    _add_report(subparsers)
+    _add_compare(subparsers)
+    for name in _PLUGINS:
+        _add_plugin(subparsers, name, _load_plugin(name) if name == plugin else None)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``passkt`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in _PLUGINS and _load_plugin(command) is None:
+        _fail(f"`passkt {command}` is not available in this install ({_PLUGINS[command][0]})")
+    parser = build_parser(plugin=command if command in _PLUGINS else None)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="passkt: %(levelname)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except (PassktError, ValueError, FileNotFoundError) as e:
+        if args.traceback:
+            raise
+        _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+    except KeyboardInterrupt:
+        print("passkt: interrupted; continue with --resume --out RUN_DIR", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

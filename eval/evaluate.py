@@ -1,0 +1,407 @@
+"""``evaluate``: the PASS@(k,T) surface of a policy on an env, from prefix-shared rollouts.
+
+The run is a grid of (task, sample, T) episodes. Tasks are split into fixed chunks (the boundaries
+depend only on the task order and the chunk size) and each chunk is one ``rollout()`` call with a
+seed derived from the run seed and the chunk index. A chunk's samples therefore do not depend on
+which chunks ran before it in this process, so a run resumed after a crash reproduces exactly the
+samples of an uninterrupted one. Each finished chunk is appended to the result store
+(``passkt.eval.store``) before the next one starts.
+
+With a hidden budget (the default ``reveal_budget=False``) the rollout engine plays one episode per
+sample at the largest T and forks a branch at every smaller T (see ``passkt.agents.rollout``); with
+``reveal_budget=True`` (or ``share_prefix=False``) every T runs on its own.
+
+Math tasks have no tools, so only T = 0 means anything for them: ``evaluate`` rejects any other
+budget for a math env with a message saying to pass ``budgets=(0,)``; the CLI picks T = 0 itself
+when ``--budgets`` is not given.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from tqdm.auto import tqdm
+
+from passkt.agents.policy import Policy, SamplingParams, describe
+from passkt.agents.rollout import RolloutStats, rollout
+from passkt.envs.tasks import Task
+from passkt.eval.estimator import Surface, check_ks, default_ks, surface
+from passkt.eval.outcomes import OutcomeTable
+from passkt.eval.store import RunStore, chunk_bounds, load_run, make_manifest
+
+__all__ = [
+    "DEFAULT_BUDGETS",
+    "DEFAULT_CHUNK_EPISODES",
+    "EnvInfo",
+    "EvalRun",
+    "check_env_id",
+    "chunk_seed",
+    "default_chunk_tasks",
+    "env_info",
+    "evaluate",
+    "select_tasks",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BUDGETS: tuple[int, ...] = (0, 1, 2, 3, 5)
+"""The study's T grid."""
+
+DEFAULT_CHUNK_EPISODES = 256
+"""Default chunk size in (task, sample) episodes: ``chunk_tasks = ceil(256 / n)``. Larger chunks
+batch better on a GPU; smaller ones lose less work to a crash."""
+
+_RUNTIME_OPTIONS = frozenset({"device", "batch_size"})
+"""Policy options that do not change which samples are drawn (not checked on resume)."""
+
+_OUTCOME_KEYS = ("task_id", "sample", "budget", "category", "correct")
+
+
+@dataclass(frozen=True)
+class EvalRun:
+    """The result of :func:`evaluate`.
+
+    Attributes:
+        outcomes: Success of every (task, sample, T).
+        surface: PASS@(k,T) over the k grid.
+        stats: Cost of the rollouts run by this call, summed over chunks (chunks skipped on
+            resume cost nothing).
+        out_dir: The run directory, or ``None`` when nothing was stored.
+        manifest: The run's manifest (what was asked for, versions, seeds).
+        chunks_run: Chunks rolled out by this call.
+        chunks_skipped: Chunks found finished in ``out_dir`` and not run again.
+    """
+
+    outcomes: OutcomeTable
+    surface: Surface
+    stats: RolloutStats
+    out_dir: Path | None
+    manifest: Mapping[str, Any]
+    chunks_run: int
+    chunks_skipped: int
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """What the evaluator needs to know about an env before running it."""
+
+    env_id: str
+    tasks: tuple[Task, ...]
+    reveal_budget: bool
+    has_tools: bool
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise a ``ValueError`` naming close registered ids when ``env_id`` is not registered."""
+    import passkt.envs  # registers the passkt envs
+
+    if env_id in gym.registry:
+        return
+    known = sorted(gym.registry)
+    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+    ours = ", ".join(passkt.envs.ENV_SPECS)
+    raise ValueError(f"Unknown env id {env_id!r}.{hint} passkt envs: {ours}.")
+
+
+def env_info(
+    env_id: str, env_kwargs: Mapping[str, Any] | None = None, split: str = "test"
+) -> EnvInfo:
+    """The env's task list for ``split`` and whether it reveals its budget.
+
+    Raises:
+        ValueError: for an unknown env id, bad kwargs, or an env without a ``tasks`` list.
+    """
+    check_env_id(env_id)
+    kwargs = _env_kwargs(env_kwargs, split)
+    try:
+        env = gym.make(env_id, **kwargs, max_tool_calls=0)  # T = 0 is valid for every env
+    except TypeError as e:
+        raise ValueError(f"gym.make({env_id!r}, **{kwargs}) failed: {e}") from e
+    try:
+        tasks = getattr(env.unwrapped, "tasks", None)
+        if tasks is None:
+            raise ValueError(f"{env_id} has no `tasks` list; passkt can only evaluate task envs")
+        return EnvInfo(
+            env_id,
+            tuple(tasks),
+            reveal_budget=bool(getattr(env.unwrapped, "reveal_budget", False)),
+            has_tools=bool(getattr(env.unwrapped, "has_tools", True)),
+        )
+    finally:
+        env.close()
+
+
+def _env_kwargs(env_kwargs: Mapping[str, Any] | None, split: str) -> dict[str, Any]:
+    kwargs = dict(env_kwargs or {})
+    if "max_tool_calls" in kwargs:
+        raise ValueError("Give the budgets with budgets= (--budgets), not max_tool_calls.")
+    if "split" in kwargs and kwargs["split"] != split:
+        raise ValueError(
+            f"env_kwargs has split={kwargs['split']!r} but split={split!r}; give the split once "
+            "(--split)"
+        )
+    kwargs["split"] = split
+    return kwargs
+
+
+def select_tasks(
+    tasks: Sequence[Task], task_ids: Sequence[str] | None = None, limit: int | None = None
+) -> list[Task]:
+    """The tasks of a run: ``task_ids`` in the given order (default: all), then the first ``limit``.
+
+    Raises:
+        ValueError: for an unknown or repeated task id (close ids are suggested) or a bad limit.
+    """
+    by_id = {task.task_id: task for task in tasks}
+    if task_ids is None:
+        chosen = list(tasks)
+    else:
+        missing = [t for t in task_ids if t not in by_id]
+        if missing:
+            close = difflib.get_close_matches(missing[0], list(by_id), n=3)
+            hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise ValueError(
+                f"Unknown task id(s) {missing[:5]} for this env and split.{hint} "
+                f"It has {len(by_id)} tasks, e.g. {list(by_id)[:3]}."
+            )
+        if len(set(task_ids)) != len(task_ids):
+            raise ValueError("task_ids repeats a task id; give each task once")
+        chosen = [by_id[t] for t in task_ids]
+    if limit is not None:
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        chosen = chosen[:limit]
+    if not chosen:
+        raise ValueError("No tasks to evaluate: the env's split is empty")
+    return chosen
+
+
+def default_chunk_tasks(n: int) -> int:
+    """Tasks per chunk so a chunk holds about ``DEFAULT_CHUNK_EPISODES`` episodes."""
+    return max(1, -(-DEFAULT_CHUNK_EPISODES // n))
+
+
+def chunk_seed(seed: int, chunk: int) -> int:
+    """The rollout seed of one chunk: a well-mixed function of the run seed and chunk index."""
+    state = np.random.SeedSequence([int(seed) % 2**63, int(chunk)]).generate_state(1)[0]
+    return int(state) % (2**31 - 1)
+
+
+def _check_budgets(budgets: Sequence[int], info: EnvInfo) -> list[int]:
+    grid = sorted({int(b) for b in budgets})
+    if not grid or grid[0] < 0:
+        raise ValueError(f"budgets must be non-negative integers, got {list(budgets)}")
+    if grid != [0] and not info.has_tools:
+        raise ValueError(
+            f"{info.env_id} has no tools (math), so only T = 0 is meaningful; "
+            f"got budgets {grid}. Pass budgets=(0,) (CLI: --budgets 0)."
+        )
+    return grid
+
+
+def _sum_stats(parts: Sequence[RolloutStats]) -> RolloutStats:
+    return RolloutStats(
+        policy_calls=sum(p.policy_calls for p in parts),
+        generated_tokens=sum(p.generated_tokens for p in parts),
+        generate_seconds=sum(p.generate_seconds for p in parts),
+        wall_seconds=sum(p.wall_seconds for p in parts),
+        episodes=sum(p.episodes for p in parts),
+    )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    info: EnvInfo
+    task_ids: list[str]
+    budgets: list[int]
+    ks: tuple[int, ...]
+    share_prefix: bool
+
+
+def _plan(
+    env_id: str,
+    env_kwargs: Mapping[str, Any] | None,
+    split: str,
+    task_ids: Sequence[str] | None,
+    limit: int | None,
+    n: int,
+    budgets: Sequence[int],
+    ks: Sequence[int] | None,
+    share_prefix: bool | None,
+) -> _Plan:
+    """Check the request against the env and fix the tasks, grids and sharing mode."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    ks = default_ks(n) if ks is None else check_ks(ks, n)
+    info = env_info(env_id, env_kwargs, split)
+    tasks = select_tasks(info.tasks, task_ids, limit)
+    grid = _check_budgets(budgets, info)
+    share = (not info.reveal_budget) if share_prefix is None else bool(share_prefix)
+    if share and info.reveal_budget:
+        raise ValueError("share_prefix=True needs a hidden budget; the env has reveal_budget=True")
+    return _Plan(info, [task.task_id for task in tasks], grid, ks, share)
+
+
+def evaluate(
+    env_id: str,
+    policy: Policy | str,
+    *,
+    env_kwargs: Mapping[str, Any] | None = None,
+    n: int = 16,
+    budgets: Sequence[int] = DEFAULT_BUDGETS,
+    ks: Sequence[int] | None = None,
+    split: str = "test",
+    task_ids: Sequence[str] | None = None,
+    limit: int | None = None,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    seed: int = 0,
+    params: SamplingParams | None = None,
+    chunk_tasks: int | None = None,
+    share_prefix: bool | None = None,
+    progress: bool = True,
+    policy_options: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    on_open: Callable[[Path, int, int], None] | None = None,
+) -> EvalRun:
+    """Evaluate a policy on an env over the (k, T) grid.
+
+    Args:
+        env_id: A registered env id, e.g. ``"BridgeQA-v0"``.
+        policy: A ``Policy``, or a spec (``hf:PATH_OR_ID``, ``scripted:heuristic`` ...) loaded
+            with ``passkt.agents.specs.load_policy`` (with the env's tasks and ``policy_options``).
+        env_kwargs: ``gym.make`` kwargs (``source=``, ``path=``, ``hops=``, ``reveal_budget=`` ...);
+            not ``max_tool_calls`` (use ``budgets``) or ``split`` (use ``split``).
+        n: Samples per (task, T).
+        budgets: The T grid (max tool calls). Math envs accept only ``(0,)``.
+        ks: The k grid of the surface; default powers of two up to ``n``.
+        split: Task split, ``"test"`` or ``"train"``.
+        task_ids: Evaluate only these tasks, in this order.
+        limit: Evaluate only the first ``limit`` tasks (after ``task_ids``).
+        out_dir: Run directory for the manifest and ``results.jsonl``; ``None`` keeps nothing.
+        resume: Continue the run in ``out_dir``, skipping its finished chunks.
+        seed: Run seed; chunk ``i`` rolls out with ``chunk_seed(seed, i)``.
+        params: Sampling parameters (``params.n`` must stay 1; use ``n``).
+        chunk_tasks: Tasks per chunk (default :func:`default_chunk_tasks`).
+        share_prefix: Prefix sharing across budgets (default: whenever the env hides its budget).
+        progress: Show a progress bar (stderr) with an ETA.
+        policy_options: Backend options for a spec (``device=``, ``dtype=`` ...); recorded in the
+            manifest and, except ``device`` and ``batch_size``, checked on resume (give a scripted
+            policy's ``seed`` here to have resumes check it).
+        name: Run name for tables and legends (default: the policy spec).
+        on_open: Called as ``on_open(out_dir, finished_chunks, num_chunks)`` once the run
+            directory is open, after every argument was checked (the CLI prints it).
+
+    Returns:
+        An :class:`EvalRun`.
+
+    Raises:
+        ValueError: for a bad argument (unknown env or task id, bad budgets or ks, ...).
+        passkt.eval.store.RunDirError: when ``out_dir`` cannot be used (see ``RunStore.open``).
+    """
+    params = params or SamplingParams()
+    if isinstance(policy, str):
+        from passkt.agents.specs import parse_spec
+
+        parse_spec(policy)  # a bad spec fails before anything is written
+    plan = _plan(env_id, env_kwargs, split, task_ids, limit, n, budgets, ks, share_prefix)
+    if resume and out_dir is None:
+        raise ValueError("resume=True needs out_dir (the run directory to continue)")
+    chunk_tasks = default_chunk_tasks(n) if chunk_tasks is None else int(chunk_tasks)
+    options = dict(policy_options or {})
+    manifest = make_manifest(
+        env_id=env_id,
+        env_kwargs=dict(env_kwargs or {}),
+        split=split,
+        policy=policy if isinstance(policy, str) else describe(policy),
+        # Where the model runs may change between a crash and its resume; the rest may not.
+        policy_options={k: v for k, v in options.items() if k not in _RUNTIME_OPTIONS},
+        runtime={k: v for k, v in options.items() if k in _RUNTIME_OPTIONS},
+        sampling=asdict(params),
+        n=n,
+        budgets=plan.budgets,
+        seed=seed,
+        share_prefix=plan.share_prefix,
+        chunk_tasks=chunk_tasks,
+        task_ids=plan.task_ids,
+        name=name,
+    )
+    # Open (or refuse) the run directory before loading a model, which may take minutes.
+    store = None if out_dir is None else RunStore.open(out_dir, manifest, resume=resume)
+    if store is not None:
+        manifest = store.manifest
+        if on_open is not None:
+            on_open(store.directory, len(store.finished_chunks), int(manifest["num_chunks"]))
+    if isinstance(policy, str):
+        from passkt.agents.specs import load_policy
+
+        policy = load_policy(policy, tasks=plan.info.tasks, **options)
+    bounds = chunk_bounds(len(plan.task_ids), chunk_tasks)
+    skipped = frozenset() if store is None else store.finished_chunks
+    rollout_kwargs = dict(
+        n=n,
+        budgets=plan.budgets,
+        env_kwargs=_env_kwargs(env_kwargs, split),
+        params=params,
+        share_prefix=plan.share_prefix,
+    )
+    records, parts = _run_chunks(
+        policy, env_id, plan.task_ids, bounds, skipped, seed, store, rollout_kwargs, progress
+    )
+    if store is not None:
+        _, table = load_run(store.directory, name=manifest["name"])
+    else:
+        table = OutcomeTable.from_records(records, name=manifest["name"])
+    return EvalRun(
+        outcomes=table,
+        surface=surface(table, plan.ks),
+        stats=_sum_stats(parts),
+        out_dir=None if store is None else store.directory,
+        manifest=manifest,
+        chunks_run=len(parts),
+        chunks_skipped=len(skipped),
+    )
+
+
+def _run_chunks(
+    policy: Policy,
+    env_id: str,
+    ids: Sequence[str],
+    bounds: Sequence[tuple[int, int]],
+    skipped: frozenset[int],
+    seed: int,
+    store: RunStore | None,
+    rollout_kwargs: Mapping[str, Any],
+    progress: bool,
+) -> tuple[list[dict[str, Any]], list[RolloutStats]]:
+    """Roll out every unfinished chunk; store it, or keep its outcomes when there is no store."""
+    records: list[dict[str, Any]] = []
+    parts: list[RolloutStats] = []
+    done = sum(stop - start for i, (start, stop) in enumerate(bounds) if i in skipped)
+    bar = tqdm(
+        total=len(ids), initial=done, desc=f"{env_id} tasks", unit="task", disable=not progress
+    )
+    try:
+        for chunk, (start, stop) in enumerate(bounds):
+            if chunk in skipped:
+                continue
+            result = rollout(
+                policy, env_id, ids[start:stop], seed=chunk_seed(seed, chunk), **rollout_kwargs
+            )
+            parts.append(result.stats)
+            if store is not None:
+                store.append_chunk(chunk, [ep.to_record() for ep in result.episodes])
+            else:
+                records.extend({k: getattr(ep, k) for k in _OUTCOME_KEYS} for ep in result.episodes)
+            bar.update(stop - start)
+    finally:
+        bar.close()
+    return records, parts

@@ -1,0 +1,479 @@
+"""The result store: one run directory per evaluation, append-only and crash-safe.
+
+A run directory holds two files:
+
+- ``manifest.json``: what was asked for (env id and kwargs, policy, sampling parameters, ``n``,
+  budgets, seed, split, task ids, chunk size) and where it ran (passkt, Python and key package
+  versions, git commit, creation time). Written once, atomically.
+- ``results.jsonl``: one line per (task, sample, T): the episode's ``Episode.to_record()`` (the
+  transcript and its outcome) plus the index of the chunk it came from.
+
+The evaluator runs tasks in fixed chunks and appends each finished chunk in one write that is
+flushed and fsynced before the next chunk starts. A crash can therefore only leave (a) a torn last
+line and (b) an unfinished last chunk. Reading drops both; resuming also cuts them off the file, so
+the chunk runs again from its start and no line is ever duplicated. A chunk's size on disk is known
+from the manifest, which is how an unfinished one is recognised.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from passkt.envs.errors import PassktError
+from passkt.eval.outcomes import OutcomeTable
+
+__all__ = [
+    "MANIFEST_FILE",
+    "MATCH_KEYS",
+    "RESULTS_FILE",
+    "RunContents",
+    "RunDirError",
+    "RunStore",
+    "chunk_bounds",
+    "load_run",
+    "make_manifest",
+    "read_run",
+]
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_FILE = "manifest.json"
+RESULTS_FILE = "results.jsonl"
+FORMAT_VERSION = 1
+
+MATCH_KEYS: tuple[str, ...] = (
+    "format",
+    "env_id",
+    "env_kwargs",
+    "split",
+    "policy",
+    "policy_options",
+    "sampling",
+    "n",
+    "budgets",
+    "seed",
+    "share_prefix",
+    "chunk_tasks",
+    "task_ids",
+)
+"""Manifest keys that decide which samples a run draws: a resumed run must match all of them."""
+
+_VERSIONED_PACKAGES = ("gymnasium", "numpy", "torch", "transformers", "vllm", "openai", "peft")
+
+
+class RunDirError(PassktError, ValueError):
+    """A run directory that cannot be used for the request (or read): the message says why."""
+
+
+def _jsonable(value: Any) -> Any:
+    """A canonical JSON form (Paths and tuples become strings and lists)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in ("passkt", *_VERSIONED_PACKAGES):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _git_commit() -> str | None:
+    """The commit of the source tree passkt runs from, when it is a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = out.stdout.strip()
+    return commit if out.returncode == 0 and commit else None
+
+
+def make_manifest(
+    *,
+    env_id: str,
+    env_kwargs: Mapping[str, Any],
+    split: str,
+    policy: str,
+    policy_options: Mapping[str, Any] | None,
+    sampling: Mapping[str, Any],
+    n: int,
+    budgets: Sequence[int],
+    seed: int,
+    share_prefix: bool,
+    chunk_tasks: int,
+    task_ids: Sequence[str],
+    name: str | None = None,
+    runtime: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The manifest of a run: the request (``MATCH_KEYS``) plus provenance.
+
+    Args:
+        env_id: Registered env id.
+        env_kwargs: ``gym.make`` kwargs besides ``split`` and ``max_tool_calls``.
+        split: Task split.
+        policy: Policy spec or description (e.g. ``scripted:heuristic``, ``hf:Qwen/...``).
+        policy_options: Backend options that change samples (``seed=`` of a scripted policy).
+        sampling: ``SamplingParams`` as a dict.
+        n: Samples per (task, T).
+        budgets: The T grid (sorted).
+        seed: Run seed (chunk seeds derive from it).
+        share_prefix: Whether budgets share one rollout (prefix sharing).
+        chunk_tasks: Tasks per chunk.
+        task_ids: The tasks, in run order.
+        name: Run name used in tables and legends (default: the policy).
+        runtime: Options that do not change the samples (``device=``); recorded, not checked.
+    """
+    manifest = {
+        "format": FORMAT_VERSION,
+        "name": name or policy,
+        "env_id": env_id,
+        "env_kwargs": dict(env_kwargs),
+        "split": split,
+        "policy": policy,
+        "policy_options": dict(policy_options or {}),
+        "runtime": dict(runtime or {}),
+        "sampling": dict(sampling),
+        "n": int(n),
+        "budgets": sorted(int(b) for b in budgets),
+        "seed": int(seed),
+        "share_prefix": bool(share_prefix),
+        "chunk_tasks": int(chunk_tasks),
+        "task_ids": list(task_ids),
+        "num_tasks": len(task_ids),
+        "num_chunks": len(chunk_bounds(len(task_ids), chunk_tasks)),
+        "versions": _package_versions(),
+        "git_commit": _git_commit(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    return _jsonable(manifest)
+
+
+def chunk_bounds(num_tasks: int, chunk_tasks: int) -> list[tuple[int, int]]:
+    """``[(start, stop), ...]`` task slices of the chunks: they depend only on the two sizes."""
+    if chunk_tasks < 1:
+        raise ValueError(f"chunk_tasks must be >= 1, got {chunk_tasks}")
+    return [(i, min(i + chunk_tasks, num_tasks)) for i in range(0, num_tasks, chunk_tasks)]
+
+
+def _chunk_lines(manifest: Mapping[str, Any]) -> list[int]:
+    """Lines each chunk writes: tasks in the chunk x n x budgets."""
+    per_task = int(manifest["n"]) * len(manifest["budgets"])
+    bounds = chunk_bounds(len(manifest["task_ids"]), int(manifest["chunk_tasks"]))
+    return [(stop - start) * per_task for start, stop in bounds]
+
+
+def _summarize(value: Any) -> str:
+    if isinstance(value, list) and len(value) > 6:
+        return f"[{', '.join(map(repr, value[:3]))}, ... {len(value)} items]"
+    return repr(value)
+
+
+def _differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> list[str]:
+    diffs = []
+    for key in MATCH_KEYS:
+        old, new = stored.get(key), requested.get(key)
+        if old != new:
+            diffs.append(f"{key} (stored {_summarize(old)}, requested {_summarize(new)})")
+    return diffs
+
+
+# ---------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class RunContents:
+    """What a run directory holds, with unfinished work separated out.
+
+    Attributes:
+        manifest: The manifest.
+        records: Lines of the finished chunks, in file order.
+        finished_chunks: Indexes of the finished chunks (always ``0 .. m-1``).
+        valid_bytes: Length of the file prefix holding exactly the finished chunks.
+        dropped_lines: Complete lines of an unfinished last chunk (ignored).
+        torn: Whether the file ended in a torn (partly written) line.
+    """
+
+    manifest: dict[str, Any]
+    records: tuple[dict[str, Any], ...]
+    finished_chunks: tuple[int, ...]
+    valid_bytes: int
+    dropped_lines: int
+    torn: bool
+
+    @property
+    def complete(self) -> bool:
+        """Whether every chunk of the manifest is on disk."""
+        return len(self.finished_chunks) == int(self.manifest["num_chunks"])
+
+
+def _read_manifest(directory: Path) -> dict[str, Any]:
+    path = directory / MANIFEST_FILE
+    if not path.is_file():
+        if not directory.is_dir():
+            raise RunDirError(f"{directory}: no such run directory")
+        raise RunDirError(f"{directory} is not a passkt run directory (no {MANIFEST_FILE})")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise RunDirError(f"{path}: not valid JSON ({e}); the manifest is corrupt") from e
+    missing = [k for k in (*MATCH_KEYS, "num_chunks") if k not in manifest]
+    if missing or manifest.get("format") != FORMAT_VERSION:
+        raise RunDirError(
+            f"{path}: not a passkt manifest of format {FORMAT_VERSION} "
+            f"(format {manifest.get('format')!r}, missing keys {missing})"
+        )
+    return manifest
+
+
+def _parse_lines(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], bool]:
+    """``[(end_offset, record), ...]`` of the complete lines, and whether a torn line followed."""
+    if not path.exists():
+        return [], False
+    data = path.read_bytes()
+    out: list[tuple[int, dict[str, Any]]] = []
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        if end < 0:  # no newline: the process died while writing this line
+            return out, True
+        try:
+            record = json.loads(data[start:end])
+        except json.JSONDecodeError as e:
+            if data.find(b"\n", end + 1) < 0 and not data[end + 1 :].strip():
+                return out, True  # garbage on the last line only: a torn write
+            raise RunDirError(
+                f"{path}: line {len(out) + 1} is not valid JSON ({e}); the file was edited or "
+                "corrupted in the middle. Start a new run (another --out)."
+            ) from e
+        out.append((end + 1, record))
+        start = end + 1
+    return out, False
+
+
+def read_run(directory: str | Path) -> RunContents:
+    """Read a run directory, keeping only the chunks that were written in full.
+
+    Raises:
+        RunDirError: when the directory has no valid manifest, or a line in the middle of the
+            results file is corrupt or out of chunk order.
+    """
+    directory = Path(directory)
+    manifest = _read_manifest(directory)
+    results = directory / RESULTS_FILE
+    lines, torn = _parse_lines(results)
+    expected = _chunk_lines(manifest)
+    records: list[dict[str, Any]] = []
+    finished: list[int] = []
+    valid_bytes = 0
+    position = 0
+    for chunk, size in enumerate(expected):
+        block = lines[position : position + size]
+        if len(block) < size:
+            break
+        wrong = [i for i, (_, r) in enumerate(block) if r.get("chunk") != chunk]
+        if wrong:
+            raise RunDirError(
+                f"{results}: line {position + wrong[0] + 1} belongs to chunk "
+                f"{block[wrong[0]][1].get('chunk')!r} but chunk {chunk} was expected there; the "
+                "file does not follow this manifest. Start a new run (another --out)."
+            )
+        records.extend(r for _, r in block)
+        finished.append(chunk)
+        valid_bytes = block[-1][0]
+        position += size
+    if position < len(lines) and len(finished) == len(expected):
+        raise RunDirError(
+            f"{results}: {len(lines) - position} line(s) beyond the {len(expected)} chunks of the "
+            "manifest; the file does not follow this manifest."
+        )
+    return RunContents(
+        manifest, tuple(records), tuple(finished), valid_bytes, len(lines) - position, torn
+    )
+
+
+def load_run(
+    directory: str | Path, *, partial: bool = False, name: str | None = None
+) -> tuple[dict[str, Any], OutcomeTable]:
+    """The manifest and the outcomes of a run directory.
+
+    Args:
+        directory: A run directory written by ``evaluate(..., out_dir=...)``.
+        partial: Accept an unfinished run and return the tasks of its finished chunks.
+        name: Run name of the table (default: the manifest's ``name``).
+
+    Raises:
+        RunDirError: for a missing or corrupt run, or an unfinished one without ``partial``.
+    """
+    contents = read_run(directory)
+    manifest = contents.manifest
+    total = int(manifest["num_chunks"])
+    if not contents.complete and not partial:
+        raise RunDirError(
+            f"{directory}: the run is unfinished ({len(contents.finished_chunks)} of {total} "
+            "chunks); finish it with `passkt eval --resume --out DIR` and the original arguments, "
+            "or read the finished part (`passkt report --partial`, load_run(partial=True))"
+        )
+    if not contents.records:
+        raise RunDirError(f"{directory}: no finished chunk yet; nothing to load")
+    if contents.torn or contents.dropped_lines:
+        logger.warning(
+            "%s: ignoring an unfinished chunk (%d line(s)%s)",
+            directory,
+            contents.dropped_lines,
+            ", torn last line" if contents.torn else "",
+        )
+    table = OutcomeTable.from_records(contents.records, name=name or manifest.get("name", "run"))
+    return manifest, table
+
+
+# ---------------------------------------------------------------------- writing
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
+    path = directory / MANIFEST_FILE
+    tmp = path.with_suffix(".json.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(directory)
+
+
+def _holds_no_results(directory: Path) -> bool:
+    """Empty, or only a manifest and no results: nothing would be lost by starting over."""
+    names = {p.name for p in directory.iterdir()}
+    return names <= {MANIFEST_FILE, MANIFEST_FILE + ".tmp"} or (
+        names <= {MANIFEST_FILE, RESULTS_FILE}
+        and (directory / MANIFEST_FILE).exists()
+        and (directory / RESULTS_FILE).exists()
+        and (directory / RESULTS_FILE).stat().st_size == 0
+    )
+
+
+class RunStore:
+    """Appends finished chunks to a run directory. Open it with :meth:`RunStore.open`."""
+
+    def __init__(self, directory: Path, manifest: dict[str, Any], finished: Iterable[int]) -> None:
+        self.directory = directory
+        self.manifest = manifest
+        self.finished_chunks: frozenset[int] = frozenset(finished)
+        self._expected = _chunk_lines(manifest)
+
+    @property
+    def results_path(self) -> Path:
+        """The ``results.jsonl`` file."""
+        return self.directory / RESULTS_FILE
+
+    @classmethod
+    def open(cls, directory: str | Path, manifest: dict[str, Any], *, resume: bool) -> RunStore:
+        """Create a run directory, or reopen one to resume it.
+
+        A new directory (missing, empty, or holding only the manifest of a run that never
+        finished a chunk, e.g. one whose model failed to load) gets ``manifest``. With
+        ``resume=True`` an existing run must have been made for the same request (every key of
+        ``MATCH_KEYS``); its unfinished last chunk and any torn line are cut off the results
+        file so that chunk runs again.
+
+        Raises:
+            RunDirError: for a non-empty directory without ``resume``, a directory that is not a
+                run, or a run made for a different request (the differing keys are listed).
+        """
+        directory = Path(directory)
+        if directory.exists() and not directory.is_dir():
+            raise RunDirError(f"{directory} exists and is not a directory; choose another --out")
+        if not directory.exists() or _holds_no_results(directory):
+            directory.mkdir(parents=True, exist_ok=True)
+            _write_manifest(directory, manifest)
+            return cls(directory, manifest, ())
+        if not resume:
+            raise RunDirError(
+                f"{directory} already holds a run; pass --resume (resume=True) to continue it "
+                "or choose another --out"
+            )
+        contents = read_run(directory)
+        diffs = _differences(contents.manifest, manifest)
+        if diffs:
+            raise RunDirError(
+                f"{directory} was made for a different request, so it cannot be resumed with "
+                f"this one; differing keys: {'; '.join(diffs)}. Repeat the original arguments "
+                "or choose another --out"
+            )
+        store = cls(directory, contents.manifest, contents.finished_chunks)
+        store._truncate(contents)
+        return store
+
+    def _truncate(self, contents: RunContents) -> None:
+        path = self.results_path
+        if not path.exists() or path.stat().st_size == contents.valid_bytes:
+            return
+        logger.info(
+            "%s: dropping an unfinished chunk (%d line(s)%s) before resuming",
+            path,
+            contents.dropped_lines,
+            ", torn last line" if contents.torn else "",
+        )
+        with path.open("r+b") as f:
+            f.truncate(contents.valid_bytes)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def append_chunk(self, chunk: int, records: Sequence[Mapping[str, Any]]) -> None:
+        """Append one finished chunk's records in one write, flushed and fsynced.
+
+        Raises:
+            ValueError: if the chunk is already stored, out of order, or has the wrong size.
+        """
+        if chunk in self.finished_chunks:
+            raise ValueError(f"chunk {chunk} is already stored in {self.results_path}")
+        if chunk != len(self.finished_chunks):
+            raise ValueError(
+                f"chunks must be appended in order: expected chunk {len(self.finished_chunks)}, "
+                f"got {chunk}"
+            )
+        if len(records) != self._expected[chunk]:
+            raise ValueError(
+                f"chunk {chunk} must have {self._expected[chunk]} records (tasks x n x budgets), "
+                f"got {len(records)}"
+            )
+        payload = "".join(
+            json.dumps({"chunk": chunk, **record}, ensure_ascii=False, default=str) + "\n"
+            for record in records
+        ).encode("utf-8")
+        with self.results_path.open("ab") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        self.finished_chunks = self.finished_chunks | {chunk}

@@ -1,0 +1,204 @@
+"""The result store: manifests, chunked fsynced appends, torn lines, resume, refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from passkt.eval.store import (
+    MANIFEST_FILE,
+    MATCH_KEYS,
+    RESULTS_FILE,
+    RunDirError,
+    RunStore,
+    chunk_bounds,
+    load_run,
+    make_manifest,
+    read_run,
+)
+
+TASKS = [f"t{i}" for i in range(5)]
+N = 2
+BUDGETS = [0, 2]
+CHUNK = 2  # chunks: [t0 t1] [t2 t3] [t4]
+
+
+def manifest(**changes):
+    args = dict(
+        env_id="BridgeQA-v0",
+        env_kwargs={"hops": 2},
+        split="test",
+        policy="scripted:heuristic",
+        policy_options={},
+        sampling={"temperature": 1.0, "top_p": 1.0},
+        n=N,
+        budgets=BUDGETS,
+        seed=0,
+        share_prefix=True,
+        chunk_tasks=CHUNK,
+        task_ids=TASKS,
+    )
+    args.update(changes)
+    return make_manifest(**args)
+
+
+def chunk_records(chunk: int) -> list[dict]:
+    start, stop = chunk_bounds(len(TASKS), CHUNK)[chunk]
+    return [
+        {
+            "task_id": task,
+            "sample": s,
+            "budget": b,
+            "category": "bridge",
+            # A pattern that differs per cell, so a misplaced line would change the table.
+            "correct": (int(task[1:]) + s + b) % 3 == 0,
+            "messages": [{"role": "user", "content": f"question {task} ünïcode"}],
+        }
+        for task in TASKS[start:stop]
+        for s in range(N)
+        for b in BUDGETS
+    ]
+
+
+def write_run(path, chunks=(0, 1, 2)):
+    store = RunStore.open(path, manifest(), resume=False)
+    for chunk in chunks:
+        store.append_chunk(chunk, chunk_records(chunk))
+    return store
+
+
+def test_chunk_bounds_depend_only_on_sizes():
+    assert chunk_bounds(5, 2) == [(0, 2), (2, 4), (4, 5)]
+    assert chunk_bounds(4, 4) == [(0, 4)]
+    assert chunk_bounds(0, 3) == []
+    with pytest.raises(ValueError, match="chunk_tasks must be >= 1"):
+        chunk_bounds(3, 0)
+
+
+def test_manifest_records_request_and_provenance():
+    m = manifest(env_kwargs={"path": __import__("pathlib").Path("/data/x.json")})
+    assert all(key in m for key in MATCH_KEYS)
+    assert m["env_kwargs"] == {"path": "/data/x.json"}  # JSON-safe
+    assert m["num_chunks"] == 3 and m["num_tasks"] == 5 and m["name"] == "scripted:heuristic"
+    assert m["versions"]["python"].count(".") == 2
+    assert "gymnasium" in m["versions"] and "numpy" in m["versions"]
+    assert "git_commit" in m and m["created"].endswith("+00:00")
+    json.dumps(m)  # serialisable as is
+
+
+def test_round_trip_and_file_layout(tmp_path):
+    write_run(tmp_path / "run")
+    lines = (tmp_path / "run" / RESULTS_FILE).read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(TASKS) * N * len(BUDGETS)
+    assert [json.loads(line)["chunk"] for line in lines] == [0] * 8 + [1] * 8 + [2] * 4
+    assert "ünïcode" in lines[0]  # transcripts are stored as written
+    stored, table = load_run(tmp_path / "run")
+    assert stored == json.loads((tmp_path / "run" / MANIFEST_FILE).read_text())
+    assert table.task_ids == tuple(TASKS) and table.budgets == tuple(BUDGETS) and table.n == N
+    for record in (r for c in range(3) for r in chunk_records(c)):
+        i, b = TASKS.index(record["task_id"]), BUDGETS.index(record["budget"])
+        assert table.correct[i, record["sample"], b] == record["correct"]
+    assert table.name == "scripted:heuristic"
+    assert load_run(tmp_path / "run", name="base")[1].name == "base"
+
+
+def test_torn_last_line_and_unfinished_chunk_are_dropped_on_read(tmp_path):
+    run = tmp_path / "run"
+    write_run(run, chunks=(0, 1))
+    results = run / RESULTS_FILE
+    partial = [json.dumps({"chunk": 2, **r}) + "\n" for r in chunk_records(2)[:3]]
+    with results.open("a", encoding="utf-8") as f:
+        f.write("".join(partial) + '{"chunk": 2, "task_id": "t4", "sam')  # crash mid-write
+    contents = read_run(run)
+    assert contents.finished_chunks == (0, 1)
+    assert contents.torn and contents.dropped_lines == 3 and not contents.complete
+    assert len(contents.records) == 16
+    with pytest.raises(RunDirError, match=r"unfinished \(2 of 3 chunks\).*--resume"):
+        load_run(run)
+    _, table = load_run(run, partial=True)
+    assert table.task_ids == tuple(TASKS[:4])
+
+
+def test_resume_cuts_unfinished_chunk_and_never_duplicates(tmp_path):
+    complete = tmp_path / "complete"
+    write_run(complete)
+    run = tmp_path / "run"
+    write_run(run, chunks=(0, 1))
+    with (run / RESULTS_FILE).open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"chunk": 2, **chunk_records(2)[0]}) + "\n" + '{"torn')
+    store = RunStore.open(run, manifest(), resume=True)
+    assert store.finished_chunks == {0, 1}
+    assert read_run(run).valid_bytes == (run / RESULTS_FILE).stat().st_size  # cut to chunk 1
+    store.append_chunk(2, chunk_records(2))
+    assert (run / RESULTS_FILE).read_bytes() == (complete / RESULTS_FILE).read_bytes()
+    assert load_run(run)[1] == load_run(complete)[1]
+    # Resuming a finished run has nothing left to do and leaves the file alone.
+    again = RunStore.open(run, manifest(), resume=True)
+    assert again.finished_chunks == {0, 1, 2}
+    with pytest.raises(ValueError, match="chunk 2 is already stored"):
+        again.append_chunk(2, chunk_records(2))
+
+
+def test_append_checks_order_and_size(tmp_path):
+    store = RunStore.open(tmp_path / "run", manifest(), resume=False)
+    with pytest.raises(ValueError, match="expected chunk 0, got 1"):
+        store.append_chunk(1, chunk_records(1))
+    with pytest.raises(ValueError, match="must have 8 records"):
+        store.append_chunk(0, chunk_records(0)[:5])
+    assert not (tmp_path / "run" / RESULTS_FILE).exists()
+
+
+def test_existing_run_without_resume_is_refused(tmp_path):
+    write_run(tmp_path / "run", chunks=(0,))
+    with pytest.raises(RunDirError, match=r"already holds a run; pass --resume .* another --out"):
+        RunStore.open(tmp_path / "run", manifest(), resume=False)
+
+
+def test_empty_directory_is_used_and_resume_of_nothing_starts_fresh(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert RunStore.open(tmp_path / "empty", manifest(), resume=False).finished_chunks == set()
+    store = RunStore.open(tmp_path / "new", manifest(), resume=True)
+    assert store.finished_chunks == set() and (tmp_path / "new" / MANIFEST_FILE).is_file()
+    # Only a manifest (the run died before its first chunk, e.g. the model did not load):
+    # nothing to lose, so a corrected request starts over without --resume.
+    RunStore.open(tmp_path / "new", manifest(n=3), resume=False)
+    assert read_manifest_n(tmp_path / "new") == 3
+
+
+def read_manifest_n(path):
+    return json.loads((path / MANIFEST_FILE).read_text())["n"]
+
+
+def test_mismatched_request_is_refused_listing_differing_keys(tmp_path):
+    write_run(tmp_path / "run", chunks=(0,))
+    other = manifest(n=4, env_kwargs={"hops": 3}, policy="hf:some/model")
+    with pytest.raises(RunDirError, match="differing keys") as info:
+        RunStore.open(tmp_path / "run", other, resume=True)
+    message = str(info.value)
+    for key in ("n (stored 2, requested 4)", "env_kwargs", "policy (stored"):
+        assert key in message
+    assert "budgets" not in message and "seed" not in message
+    # Provenance (time, versions) and runtime options may differ: only the request must match.
+    later = dict(manifest(runtime={"device": "cuda:1"}), created="2099-01-01T00:00:00+00:00")
+    later["versions"] = {"python": "9.9"}
+    assert RunStore.open(tmp_path / "run", later, resume=True).finished_chunks == {0}
+
+
+def test_not_a_run_directory(tmp_path):
+    (tmp_path / "stuff").mkdir()
+    (tmp_path / "stuff" / "notes.txt").write_text("hi")
+    with pytest.raises(RunDirError, match="not a passkt run directory"):
+        RunStore.open(tmp_path / "stuff", manifest(), resume=True)
+    with pytest.raises(RunDirError, match="no such run directory"):
+        load_run(tmp_path / "missing")
+
+
+def test_corrupt_middle_line_is_an_error(tmp_path):
+    run = tmp_path / "run"
+    write_run(run)
+    lines = (run / RESULTS_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[3] = "not json\n"
+    (run / RESULTS_FILE).write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(RunDirError, match="line 4 is not valid JSON"):
+        read_run(run)
