@@ -230,9 +230,10 @@ def rollout(
     _check_rollout_args(kwargs, budgets, params, n)
     t_start = time.perf_counter()
 
-    probe = gym.make(env_id, **kwargs, max_tool_calls=budgets[-1])
-    reveal = bool(getattr(probe.unwrapped, "reveal_budget", False))
-    probe.close()
+    # One env instance makes every episode: reset it on a task, then fork() a copy per episode.
+    # The copies share the task list and the search indexes, so each task's index is built once.
+    base = gym.make(env_id, **kwargs, max_tool_calls=budgets[-1], disable_env_checker=True)
+    reveal = bool(getattr(base.unwrapped, "reveal_budget", False))
     if share_prefix is None:
         share_prefix = not reveal
     elif share_prefix and reveal:
@@ -253,8 +254,8 @@ def rollout(
     for index, (task_id, sample, budget) in enumerate(
         (t, s, b) for t in task_ids for s in range(n) for b in main_budgets
     ):
-        env = gym.make(env_id, **kwargs, max_tool_calls=budget)
-        observation, info = env.reset(seed=seed + index, options={"task_id": task_id})
+        _, info = base.reset(seed=seed + index, options={"task_id": task_id})
+        env, observation = base.unwrapped.fork(budget)
         episode = Episode(task_id, sample, budget, info["category"])
         episode.messages = initial_conversation(info["category"], observation)
         item = _Live(episode, env)
