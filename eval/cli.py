@@ -17,11 +17,11 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from passkt.envs.errors import PassktError
+from passkt.eval.reports import Report, write_comparison, write_report
 
 __all__ = [
     "DEFAULT_ENV",
@@ -229,170 +229,6 @@ def default_out_dir(env_id: str, policy: str, now: _dt.datetime | None = None) -
     while out.exists():
         out, i = base.with_name(f"{base.name}-{i}"), i + 1
     return out
-
-
-# ---------------------------------------------------------------------- report and compare
-
-
-@dataclass(frozen=True)
-class Report:
-    """What ``write_report`` / ``write_comparison`` produced: a Markdown summary and its files."""
-
-    markdown: str
-    out_dir: Path
-    files: tuple[Path, ...]
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "run"
-
-
-def _boundary_markdown(table: Any) -> str:
-    from passkt.eval.stats import boundary_set
-
-    header = "| T | " + " | ".join(str(t) for t in table.budgets) + " |"
-    rule = "|---:|" + "|".join("---:" for _ in table.budgets) + "|"
-    sizes = [str(len(boundary_set(table, t))) for t in table.budgets]
-    return (
-        f"Boundary set (problems solved at least once in n = {table.n}) of "
-        f"{table.num_tasks} problems\n\n{header}\n{rule}\n| solved | " + " | ".join(sizes) + " |\n"
-    )
-
-
-def write_report(
-    run_dir: str | Path,
-    out_dir: str | Path | None = None,
-    *,
-    ks: Sequence[int] | None = None,
-    n_boot: int = 1000,
-    level: float = 0.95,
-    seed: int = 0,
-    partial: bool = False,
-) -> Report:
-    """Surface tables (Markdown, CSV, JSON) with bootstrap CIs and plots of one run.
-
-    Writes ``surface.{md,csv,json}``, ``boundary.md``, ``heatmap.{png,svg}``,
-    ``pass_curves.{png,svg}`` and ``report.md`` into ``out_dir`` (default ``RUN_DIR/report``).
-    """
-    from passkt.eval.estimator import surface
-    from passkt.eval.plots import plot_pass_curves, plot_surface_heatmap
-    from passkt.eval.stats import bootstrap_surface
-    from passkt.eval.store import load_run
-    from passkt.eval.tables import surface_markdown, write_surface_tables
-
-    manifest, table = load_run(run_dir, partial=partial)
-    out = Path(out_dir) if out_dir is not None else Path(run_dir) / "report"
-    surf = surface(table, ks)
-    ci = bootstrap_surface(surf, n_boot=n_boot, level=level, seed=seed)
-    files = list(write_surface_tables(surf, ci, out, "surface").values())
-    boundary = _boundary_markdown(table)
-    (out / "boundary.md").write_text(boundary, encoding="utf-8")
-    files.append(out / "boundary.md")
-    files += plot_surface_heatmap(surf, out / "heatmap")
-    files += plot_pass_curves({table.name: (surf, ci)}, out / "pass_curves")
-    kwargs = ", ".join(f"{k}={v}" for k, v in manifest["env_kwargs"].items()) or "defaults"
-    markdown = (
-        f"{surface_markdown(surf, ci)}\n{boundary}\n"
-        f"env {manifest['env_id']} ({kwargs}, split {manifest['split']}), "
-        f"policy {manifest['policy']}, seed {manifest['seed']}\n"
-    )
-    summary = markdown + "\n![PASS@(k,T) heatmap](heatmap.png)\n\n![pass curves](pass_curves.png)\n"
-    (out / "report.md").write_text(summary, encoding="utf-8")
-    files.append(out / "report.md")
-    return Report(markdown, out, tuple(files))
-
-
-def _run_names(run_dirs: Sequence[Path], manifests: Sequence[dict], names: Sequence[str] | None):
-    if names is not None:
-        if len(names) != len(run_dirs):
-            raise ValueError(f"--names gives {len(names)} names for {len(run_dirs)} runs")
-        chosen = list(names)
-    else:
-        chosen = [str(m.get("name") or d.name) for d, m in zip(run_dirs, manifests, strict=True)]
-        if len(set(chosen)) != len(chosen):
-            chosen = [d.resolve().name for d in run_dirs]
-    if len(set(chosen)) != len(chosen):
-        raise ValueError(f"runs need distinct names, got {chosen}; pass --names a,b,...")
-    return chosen
-
-
-def write_comparison(
-    run_dirs: Sequence[str | Path],
-    out_dir: str | Path,
-    *,
-    names: Sequence[str] | None = None,
-    ks: Sequence[int] | None = None,
-    budget: int | None = None,
-    n_boot: int = 1000,
-    level: float = 0.95,
-    seed: int = 0,
-) -> Report:
-    """Paired comparison of runs 2.. against run 1: gap tables and plots, boundary sets, Venn.
-
-    For every later run ``b``: ``gap_<b>_vs_<a>.{md,csv,json,png,svg}`` (gap per (k, T) with a
-    paired bootstrap CI, crossover k, whether the gap widens) and ``boundary_<b>_vs_<a>.md``;
-    for all runs: ``pass_curves.{png,svg}`` and, for 2 or 3 runs, ``venn.{md,csv,png,svg}``.
-    """
-    from passkt.eval.estimator import default_ks, surface
-    from passkt.eval.plots import plot_boundary_venn, plot_gap, plot_pass_curves
-    from passkt.eval.stats import bootstrap_surface, boundary_comparison, compare, venn
-    from passkt.eval.store import load_run
-    from passkt.eval.tables import (
-        boundary_markdown,
-        comparison_csv,
-        comparison_json,
-        comparison_markdown,
-        venn_csv,
-        venn_markdown,
-    )
-
-    dirs = [Path(d) for d in run_dirs]
-    if len(dirs) < 2:
-        raise ValueError("compare needs at least two run directories")
-    loaded = [load_run(d) for d in dirs]
-    labels = _run_names(dirs, [m for m, _ in loaded], names)
-    tables = [t.with_name(name) for (_, t), name in zip(loaded, labels, strict=True)]
-    shared_t = sorted(set.intersection(*(set(t.budgets) for t in tables)))
-    if not shared_t:
-        raise ValueError(f"the runs share no budget T: {[t.budgets for t in tables]}")
-    t_bound = shared_t[-1] if budget is None else budget
-    if t_bound not in shared_t:
-        raise ValueError(f"--budget {budget} was not evaluated by every run; shared: {shared_t}")
-    ks = tuple(ks) if ks is not None else default_ks(min(t.n for t in tables))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files: list[Path] = []
-    parts: list[str] = []
-
-    def write(name: str, text: str) -> None:
-        (out / name).write_text(text, encoding="utf-8")
-        files.append(out / name)
-
-    a = tables[0]
-    for b in tables[1:]:
-        stem = f"{_slug(b.name)}_vs_{_slug(a.name)}"
-        cmp = compare(a, b, ks=ks, budgets=shared_t, n_boot=n_boot, seed=seed, level=level)
-        bc = boundary_comparison(a, b, t_bound)
-        parts += [comparison_markdown(cmp), boundary_markdown(bc)]
-        write(f"gap_{stem}.md", parts[-2])
-        write(f"gap_{stem}.csv", comparison_csv(cmp))
-        write(f"gap_{stem}.json", comparison_json(cmp))
-        write(f"boundary_{stem}.md", parts[-1])
-        files += plot_gap(cmp, out / f"gap_{stem}")
-    curves = {}
-    for t in tables:
-        surf = surface(t.select_budgets(shared_t), ks)
-        curves[t.name] = (surf, bootstrap_surface(surf, n_boot=n_boot, level=level, seed=seed))
-    files += plot_pass_curves(curves, out / "pass_curves")
-    if len(tables) <= 3:
-        v = venn(tables, t_bound)
-        parts.append(venn_markdown(v))
-        write("venn.md", parts[-1])
-        write("venn.csv", venn_csv(v))
-        files += plot_boundary_venn(v, out / "venn")
-    markdown = "\n".join(parts)
-    write("report.md", markdown)
-    return Report(markdown, out, tuple(files))
 
 
 # ---------------------------------------------------------------------- commands
