@@ -11,12 +11,14 @@ import copy
 import dataclasses
 import difflib
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 
+from passkt.envs.corpus import Corpus, open_corpus
 from passkt.envs.errors import UnknownTaskError
 from passkt.envs.protocol import (
     ANSWER_RECEIVED,
@@ -45,36 +47,93 @@ _SUFFIX_RESERVE = 512
 """Room kept for the budget line or the final notice after a question or search results."""
 
 RetrieverFactory = Callable[[Sequence[Paragraph]], Retriever]
+CorpusArg = Literal["task", "global"] | str | os.PathLike | Corpus
+"""``corpus=``: ``"task"``, ``"global"``, a saved corpus folder, or a ``Corpus``."""
+RetrieverArg = str | RetrieverFactory | Retriever | None
+"""``retriever=``: a backend name, a factory ``paragraphs -> Retriever``, a ``Retriever``, or
+``None`` (rank-bm25 for ``"task"`` and ``"global"``, a ``Corpus``'s own bm25s index)."""
+
+
+def _is_retriever_object(retriever: Any) -> bool:
+    # A class has a ``search`` attribute too: classes are factories, instances are retrievers.
+    return not isinstance(retriever, type) and isinstance(retriever, Retriever)
 
 
 class _Retrievers:
     """Builds retrievers on first use and caches them; shared by an env and its forks."""
 
-    def __init__(self, backend: str | RetrieverFactory, corpus: str, tasks: Sequence[Task]) -> None:
+    def __init__(
+        self,
+        backend: RetrieverArg,
+        corpus: Literal["task", "global"] | Corpus,
+        tasks: Sequence[Task],
+    ) -> None:
         self.backend = backend
         self.corpus = corpus
         self.tasks = tasks
         self.per_task: dict[str, Retriever] = {}
         self.shared: Retriever | None = None
+        if _is_retriever_object(backend):
+            self.shared = backend  # type: ignore[assignment]
+        elif isinstance(corpus, Corpus) and backend in (None, "bm25s"):
+            self.shared = corpus
 
     def _build(self, paragraphs: Sequence[Paragraph]) -> Retriever:
-        if isinstance(self.backend, str):
-            return build_retriever(self.backend, paragraphs)
-        return self.backend(paragraphs)
+        backend = "rank_bm25" if self.backend is None else self.backend
+        if isinstance(backend, str):
+            return build_retriever(backend, paragraphs)
+        return backend(paragraphs)  # type: ignore[operator]
 
     def for_task(self, task: Task) -> Retriever:
-        if self.corpus == "global":
-            if self.shared is None:
+        if self.shared is not None:
+            return self.shared
+        if self.corpus != "task":
+            if isinstance(self.corpus, Corpus):
+                paragraphs: Sequence[Paragraph] = self.corpus.paragraphs
+            else:
                 paragraphs = global_corpus(self.tasks)
-                logger.debug(
-                    "building a global %s index over %d paragraphs", self.backend, len(paragraphs)
-                )
-                self.shared = self._build(paragraphs)
+            logger.debug(
+                "building a global %s index over %d paragraphs", self.backend, len(paragraphs)
+            )
+            self.shared = self._build(paragraphs)
             return self.shared
         retriever = self.per_task.get(task.task_id)
         if retriever is None:
             retriever = self.per_task[task.task_id] = self._build(task.paragraphs)
         return retriever
+
+
+def _check_search_args(
+    name: str, corpus: Any, retriever: Any
+) -> Literal["task", "global"] | Corpus:
+    """Validate ``corpus=`` and ``retriever=``; open a corpus folder (cached per process)."""
+    if isinstance(retriever, str) and retriever not in BACKENDS:
+        close = difflib.get_close_matches(retriever, list(BACKENDS), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"Unknown retriever {retriever!r}.{hint} Choose one of {sorted(BACKENDS)}, a "
+            "callable that builds a Retriever from a list of Paragraphs, or a Retriever object."
+        )
+    if not (retriever is None or isinstance(retriever, str) or callable(retriever)) and not (
+        _is_retriever_object(retriever)
+    ):
+        raise ValueError(
+            f"retriever must be a backend name, a callable or a Retriever, got {retriever!r}"
+        )
+    if _is_retriever_object(retriever) and not (isinstance(corpus, str) and corpus == "task"):
+        raise ValueError(
+            f"{name}: retriever={retriever!r} is a Retriever object, which searches its own "
+            f"collection; leave corpus at its default 'task' (got corpus={corpus!r})."
+        )
+    if isinstance(corpus, Corpus) or corpus in ("task", "global"):
+        return corpus
+    if isinstance(corpus, str | os.PathLike) and os.path.isdir(corpus):
+        return open_corpus(corpus)
+    raise ValueError(
+        f"corpus must be 'task' (each task's own paragraphs), 'global' (one index over every "
+        f"task's paragraphs), the folder of a saved passkt.envs.corpus.Corpus, or a Corpus; "
+        f"got {corpus!r}" + (" (no such folder)" if isinstance(corpus, str | os.PathLike) else "")
+    )
 
 
 @dataclass
@@ -169,8 +228,8 @@ class ToolUseEnv(gym.Env[str, str]):
         max_tool_calls: int = 5,
         reveal_budget: bool = False,
         top_k: int = 3,
-        corpus: Literal["task", "global"] = "task",
-        retriever: str | RetrieverFactory = "rank_bm25",
+        corpus: CorpusArg = "task",
+        retriever: RetrieverArg = None,
         render_mode: str | None = None,
     ) -> None:
         name = type(self).__name__
@@ -184,20 +243,7 @@ class ToolUseEnv(gym.Env[str, str]):
             raise ValueError(f"reveal_budget must be True or False, got {reveal_budget!r}")
         self.reveal_budget = reveal_budget
         self.top_k = _check_int("top_k", top_k, 1)
-        if corpus not in ("task", "global"):
-            raise ValueError(
-                f"corpus must be 'task' (each task's own paragraphs) or 'global' (one index over "
-                f"every task's paragraphs), got {corpus!r}"
-            )
-        if isinstance(retriever, str) and retriever not in BACKENDS:
-            close = difflib.get_close_matches(retriever, list(BACKENDS), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
-                f"Unknown retriever {retriever!r}.{hint} Choose one of {sorted(BACKENDS)}, "
-                "or pass a callable that builds a Retriever from a list of Paragraphs."
-            )
-        if not (isinstance(retriever, str) or callable(retriever)):
-            raise ValueError(f"retriever must be a backend name or a callable, got {retriever!r}")
+        search_corpus = _check_search_args(name, corpus, retriever)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be None or one of {self.metadata['render_modes']}, "
@@ -206,7 +252,7 @@ class ToolUseEnv(gym.Env[str, str]):
         self.render_mode = render_mode
         self.tasks: tuple[Task, ...] = self._load(source, split, path, hops, source_options, tasks)
         self._task_index = {task.task_id: i for i, task in enumerate(self.tasks)}
-        self._retrievers = _Retrievers(retriever, corpus, self.tasks)
+        self._retrievers = _Retrievers(retriever, search_corpus, self.tasks)
         self.action_space = ActionText(
             ACTION_MAX_LENGTH, tags=("search", "answer") if self.has_tools else ("answer",)
         )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
-from passkt.envs.base import RetrieverFactory, ToolUseEnv
+from passkt.envs.base import CorpusArg, RetrieverArg, ToolUseEnv
 from passkt.envs.tasks import Task
 
 __all__ = ["BridgeQAEnv"]
@@ -18,9 +18,11 @@ class BridgeQAEnv(ToolUseEnv):
     A multi-hop question ("Which city was the director of the film X born in?") whose answer lies
     ``depth`` paragraphs away: the entity of hop i+1 is named only in the paragraph of hop i, so
     the agent must search, read, and search again. The search tool is BM25 over the task's own
-    paragraphs (gold and distractors, the HotpotQA distractor setting), or over every task's
-    paragraphs with ``corpus="global"``. The synthetic source (default) builds a fictional world
-    that no pretrained model knows, with ``hops`` = 2, 3 or 4 and a known minimum depth T*.
+    paragraphs (gold and distractors, the HotpotQA distractor setting); ``corpus=`` and
+    ``retriever=`` select an open-domain setting instead (one global corpus, a saved
+    million-paragraph index, or live Wikipedia). The synthetic source (default) builds a
+    fictional world that no pretrained model knows, with ``hops`` = 2, 3 or 4 and a known minimum
+    depth T*.
 
     ## Action Space
     Any Unicode string (``passkt.envs.spaces.ActionText``). A turn is free text, optionally
@@ -76,10 +78,29 @@ class BridgeQAEnv(ToolUseEnv):
     - ``reveal_budget``: state the calls left in every observation (default False, which makes
       an episode with budget T the prefix of one with a larger budget).
     - ``top_k``: documents per search (default 3).
-    - ``corpus``: ``"task"`` (each task's own paragraphs) or ``"global"`` (one index over the
-      union of all tasks' paragraphs, deduplicated).
-    - ``retriever``: ``"rank_bm25"`` (reference), ``"bm25s"`` (same scores, faster on large
-      corpora), or a callable ``paragraphs -> Retriever``.
+    - ``corpus``: what a search reaches (open-domain settings besides the study's):
+
+      - ``"task"`` (default): the task's own paragraphs (the study's setting);
+      - ``"global"``: one index over the union of all the env's tasks' paragraphs (deduplicated
+        by title and text);
+      - the folder of a saved ``passkt.envs.corpus.Corpus`` (a ``str`` or ``os.PathLike``), or a
+        ``Corpus`` object: one prebuilt corpus for every task, e.g. all paragraphs of a HotpotQA
+        file (``Corpus.from_hotpotqa(path).save(folder)``) or a synthetic world with more
+        distractor entities (``Corpus.from_world(seed, scale=20)``). A folder is memory-mapped
+        and opened once per process (``passkt.envs.corpus.open_corpus``).
+    - ``retriever``: how a search is scored:
+
+      - ``None`` (default): rank-bm25 for ``"task"`` and ``"global"``; the corpus's own bm25s
+        index for a ``Corpus`` (bm25s' Robertson BM25, which ranks as rank-bm25 except through
+        words in more than half the paragraphs; see ``passkt.envs.retrieval``);
+      - ``"rank_bm25"``: the reference (over a ``Corpus`` it builds an in-memory index of all
+        its paragraphs: slow at scale, meant for checks);
+      - ``"bm25s"``: rank-bm25's exact scores from a bm25s index for ``"task"`` and
+        ``"global"``; the saved bm25s index for a ``Corpus`` (same as ``None``);
+      - a callable ``paragraphs -> Retriever``, called on the corpus chosen by ``corpus``;
+      - a ``Retriever`` object, used as is for every task (``corpus`` must stay ``"task"``),
+        e.g. ``passkt.envs.wikipedia.WikipediaTool(cache="wiki.sqlite")`` for live Wikipedia
+        with an on-disk cache (``pip install 'passkt[wiki]'``).
     - ``render_mode``: ``None`` or ``"ansi"``.
 
     ## Version History
@@ -100,8 +121,8 @@ class BridgeQAEnv(ToolUseEnv):
         max_tool_calls: int = 5,
         reveal_budget: bool = False,
         top_k: int = 3,
-        corpus: Literal["task", "global"] = "task",
-        retriever: str | RetrieverFactory = "rank_bm25",
+        corpus: CorpusArg = "task",
+        retriever: RetrieverArg = None,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
-from passkt.envs.base import RetrieverFactory, ToolUseEnv
+from passkt.envs.base import CorpusArg, RetrieverArg, ToolUseEnv
 from passkt.envs.tasks import Task
 
 __all__ = ["ComparisonQAEnv"]
@@ -18,7 +18,8 @@ class ComparisonQAEnv(ToolUseEnv):
     A question such as "Which film came out first, X or Y?" or "Were A and B born in the same
     country?". Both entities are named in the question, so the two lookups do not depend on each
     other (minimum depth 2, in either order). The search tool is BM25 over the task's own
-    paragraphs (gold and distractors), or over every task's paragraphs with ``corpus="global"``.
+    paragraphs (gold and distractors); ``corpus=`` and ``retriever=`` select an open-domain
+    setting instead (one global corpus, a saved million-paragraph index, or live Wikipedia).
     The synthetic source (default) builds a fictional world that no pretrained model knows.
 
     ## Action Space
@@ -74,10 +75,29 @@ class ComparisonQAEnv(ToolUseEnv):
     - ``reveal_budget``: state the calls left in every observation (default False, which makes
       an episode with budget T the prefix of one with a larger budget).
     - ``top_k``: documents per search (default 3).
-    - ``corpus``: ``"task"`` (each task's own paragraphs) or ``"global"`` (one index over the
-      union of all tasks' paragraphs, deduplicated).
-    - ``retriever``: ``"rank_bm25"`` (reference), ``"bm25s"`` (same scores, faster on large
-      corpora), or a callable ``paragraphs -> Retriever``.
+    - ``corpus``: what a search reaches (open-domain settings besides the study's):
+
+      - ``"task"`` (default): the task's own paragraphs (the study's setting);
+      - ``"global"``: one index over the union of all the env's tasks' paragraphs (deduplicated
+        by title and text);
+      - the folder of a saved ``passkt.envs.corpus.Corpus`` (a ``str`` or ``os.PathLike``), or a
+        ``Corpus`` object: one prebuilt corpus for every task, e.g. all paragraphs of a HotpotQA
+        file (``Corpus.from_hotpotqa(path).save(folder)``) or a synthetic world with more
+        distractor entities (``Corpus.from_world(seed, scale=20)``). A folder is memory-mapped
+        and opened once per process (``passkt.envs.corpus.open_corpus``).
+    - ``retriever``: how a search is scored:
+
+      - ``None`` (default): rank-bm25 for ``"task"`` and ``"global"``; the corpus's own bm25s
+        index for a ``Corpus`` (bm25s' Robertson BM25, which ranks as rank-bm25 except through
+        words in more than half the paragraphs; see ``passkt.envs.retrieval``);
+      - ``"rank_bm25"``: the reference (over a ``Corpus`` it builds an in-memory index of all
+        its paragraphs: slow at scale, meant for checks);
+      - ``"bm25s"``: rank-bm25's exact scores from a bm25s index for ``"task"`` and
+        ``"global"``; the saved bm25s index for a ``Corpus`` (same as ``None``);
+      - a callable ``paragraphs -> Retriever``, called on the corpus chosen by ``corpus``;
+      - a ``Retriever`` object, used as is for every task (``corpus`` must stay ``"task"``),
+        e.g. ``passkt.envs.wikipedia.WikipediaTool(cache="wiki.sqlite")`` for live Wikipedia
+        with an on-disk cache (``pip install 'passkt[wiki]'``).
     - ``render_mode``: ``None`` or ``"ansi"``.
 
     ## Version History
@@ -97,8 +117,8 @@ class ComparisonQAEnv(ToolUseEnv):
         max_tool_calls: int = 5,
         reveal_budget: bool = False,
         top_k: int = 3,
-        corpus: Literal["task", "global"] = "task",
-        retriever: str | RetrieverFactory = "rank_bm25",
+        corpus: CorpusArg = "task",
+        retriever: RetrieverArg = None,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(

@@ -1,26 +1,47 @@
 """Search backends: BM25 over a list of paragraphs, behind a small ``Retriever`` protocol.
 
-Two backends with one tokenization (``tokenize``: lowercase Unicode word tokens of title and text):
+Backends, all with one tokenization (``tokenize``: lowercase Unicode words of title and text):
 
 * ``RankBM25Retriever``: ``rank_bm25.BM25Okapi``, the reference (the study's setting: a few
   paragraphs per task).
-* ``BM25sRetriever``: a ``bm25s`` sparse index, for large corpora, scored with the same BM25
-  variant (Okapi as rank-bm25 has it: k1 = 1.5, b = 0.75, negative idfs floored at 0.25 x the
-  mean idf), so both backends give the same scores and rankings up to float rounding.
+* ``BM25sRetriever``: a ``bm25s`` sparse index rescored to rank-bm25's exact Okapi variant
+  (k1 = 1.5, b = 0.75, negative idfs floored at 0.25 x the mean idf), so both give the same
+  scores and rankings up to float rounding; for per-task and ``corpus="global"`` indexes.
+* ``passkt.envs.corpus.Corpus``: a large, saved corpus scored natively by ``bm25s`` (its
+  precomputed score matrix, no Python re-scoring), built with ``bm25s_matrix`` below.
+* ``passkt.envs.wikipedia.WikipediaTool``: live Wikipedia through an on-disk cache.
 
-Both rank by score, then by document index (a stable, deterministic tie-break), and return only
-documents with a positive score: a query with no known word finds nothing.
+Where the BM25 variants differ: the term-frequency part is the same everywhere (up to the constant
+factor ``k1 + 1``, which rank-bm25 and bm25s' ATIRE variant include and bm25s' Robertson and Lucene
+variants leave out); the idf differs. With ``r = (N - df + 0.5) / (df + 0.5)``:
 
-A user plugs in another backend (dense, live Wikipedia) by implementing ``Retriever``.
+* rank-bm25 ``BM25Okapi``: ``log(r)``; a word in more than half the documents has ``log(r) < 0``
+  and gets ``epsilon x mean idf`` instead (``epsilon = 0.25``): a small positive weight, so a
+  query of only common words still ranks documents.
+* bm25s ``"robertson"``: ``log(max(r, 1))``, floored at 0: such words weigh nothing.
+* bm25s ``"lucene"`` (bm25s' default): ``log(1 + r)``, positive for every word, and a different
+  function of ``df`` everywhere, so it never ranks exactly as rank-bm25 does.
+
+So rank-bm25 and bm25s' Robertson variant give proportional scores, hence identical rankings up to
+ties, for every query none of whose words occurs in more than half the documents
+(``tests/envs/test_corpus.py`` checks this); they differ only through the floored words. On a
+10-paragraph corpus many words cross that line (the Robertson variant then finds fewer documents),
+which is why the per-task setting keeps rank-bm25's variant; on a large corpus only stop words
+cross it.
+
+Every backend ranks by score, then by document index (a stable, deterministic tie-break), and
+returns only documents with a positive score: a query with no known word finds nothing. A user
+plugs in another backend (dense retrieval, another search API) by implementing ``Retriever``.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from array import array
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -34,6 +55,7 @@ __all__ = [
     "Hit",
     "RankBM25Retriever",
     "Retriever",
+    "bm25s_matrix",
     "build_retriever",
     "global_corpus",
     "tokenize",
@@ -247,6 +269,88 @@ class BM25sRetriever(_BM25Base):
             start, end = self._indptr[column], self._indptr[column + 1]
             scores[self._indices[start:end]] += self._weight[column] * self._data[start:end]
         return scores
+
+
+def _token_ids(paragraphs: Sequence[Paragraph]) -> tuple[dict[str, int], np.ndarray, np.ndarray]:
+    """Vocabulary (first occurrence order), flat token ids and document lengths."""
+    vocab: dict[str, int] = {}
+    ids, lengths = array("i"), array("i")
+    for paragraph in paragraphs:
+        tokens = tokenize(f"{paragraph.title} {paragraph.text}")
+        ids.extend([vocab.setdefault(token, len(vocab)) for token in tokens])
+        lengths.append(len(tokens))
+    return vocab, np.frombuffer(ids, dtype=np.int32), np.frombuffer(lengths, dtype=np.int32)
+
+
+_CHUNK_DOCS = 1 << 16
+"""Documents per block when counting term frequencies (bounds the build's peak memory)."""
+_CHUNK_POSTINGS = 1 << 22
+"""Postings per block when computing scores."""
+
+
+def _postings(ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(term, doc, tf)`` of every distinct term of every document, sorted by term, then doc."""
+    starts = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    terms, docs, tfs = [], [], []
+    for lo in range(0, len(lengths), _CHUNK_DOCS):
+        hi = min(lo + _CHUNK_DOCS, len(lengths))
+        width = hi - lo
+        local = np.repeat(np.arange(width, dtype=np.int64), lengths[lo:hi])
+        keys, counts = np.unique(
+            ids[starts[lo] : starts[hi]].astype(np.int64) * width + local, return_counts=True
+        )
+        terms.append((keys // width).astype(np.int32))
+        docs.append((keys % width + lo).astype(np.int32))
+        tfs.append(counts.astype(np.int32))
+    term = np.concatenate(terms) if terms else np.zeros(0, np.int32)
+    order = np.argsort(term, kind="stable")  # blocks are in doc order: docs stay ascending
+    doc = np.concatenate(docs)[order] if docs else np.zeros(0, np.int32)
+    tf = np.concatenate(tfs)[order] if tfs else np.zeros(0, np.int32)
+    return term[order], doc, tf
+
+
+def _idf(df: np.ndarray, n_docs: int, method: str) -> np.ndarray:
+    ratio = (n_docs - df + 0.5) / (df + 0.5)
+    if method == "robertson":  # bm25s: log(max(1, ratio)), never negative
+        return np.log(np.maximum(ratio, 1.0))
+    return np.log1p(ratio)  # lucene
+
+
+def bm25s_matrix(
+    paragraphs: Sequence[Paragraph],
+    *,
+    k1: float = 1.5,
+    b: float = 0.75,
+    method: Literal["robertson", "lucene"] = "robertson",
+    dtype: str = "float32",
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """The score matrix ``bm25s.BM25(method=...).index`` builds, computed with numpy from token ids.
+
+    Entry (doc, term) is ``idf(term) * tf / (tf + k1 * (1 - b + b * len(doc) / avgdl))``, with
+    bm25s' idf for ``method``. bm25s' own ``index`` needs every document as a list of token
+    strings at once; this needs 4 bytes per token and a few bytes per posting.
+
+    Returns:
+        The vocabulary (token -> column, in order of first occurrence) and bm25s' ``scores``
+        dict: CSC ``data``, ``indices`` (doc ids, ascending within a column), ``indptr``, and
+        ``num_docs``.
+    """
+    vocab, ids, lengths = _token_ids(paragraphs)
+    term, doc, tf = _postings(ids, lengths)
+    del ids
+    df = np.bincount(term, minlength=len(vocab))
+    indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+    np.cumsum(df, out=indptr[1:])
+    idf = _idf(df, len(lengths), method)
+    norm = k1 * (1 - b + b * lengths / lengths.mean()) if len(lengths) else lengths
+    data = np.empty(len(term), dtype=dtype)
+    for lo in range(0, len(term), _CHUNK_POSTINGS):
+        sl = slice(lo, lo + _CHUNK_POSTINGS)
+        freq = tf[sl].astype(np.float64)
+        data[sl] = idf[term[sl]] * freq / (freq + norm[doc[sl]])
+    scores = {"data": data, "indices": doc, "indptr": indptr, "num_docs": len(lengths)}
+    return vocab, scores
 
 
 BACKENDS: dict[str, type[_BM25Base]] = {
