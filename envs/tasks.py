@@ -129,7 +129,9 @@ def _load_cached(source: str, category: str, split: str, frozen: tuple) -> tuple
     return tuple(get_source(source)(category, split, **dict(frozen)))  # type: ignore[arg-type]
 
 
-def load_tasks(source: str, category: Category, split: Split = "test", **options: Any) -> list[Task]:
+def load_tasks(
+    source: str, category: Category, split: Split = "test", **options: Any
+) -> list[Task]:
     """Load (and cache) the tasks of one source, category and split.
 
     Many env instances (one per sampled episode) share one cached task list.
@@ -145,4 +147,3 @@ def load_tasks(source: str, category: Category, split: Split = "test", **options
 
 
 load_tasks.cache_clear = _load_cached.cache_clear  # type: ignore[attr-defined]
-
