@@ -1,0 +1,199 @@
+"""``passkt train grpo|sft``: the trainers on the command line.
+
+Every field of ``GRPOConfig`` / ``SFTConfig`` is a flag (``group_size`` -> ``--group-size``), with
+the field's docstring as help; ``--env``, ``--env-kwargs`` and ``--policy`` read like
+``passkt eval``'s. Values come from, in increasing precedence: the dataclass defaults, a
+``--config`` JSON file, the flags. ``passkt eval`` (``passkt.eval.cli``) loads this module on
+demand through ``add_parser``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from passkt.agents.train.config import GRPOConfig, SFTConfig, TrainConfig, field_docs
+
+_RENAMED = {"env_id": "--env", "output_dir": "--out"}
+"""Fields whose flag is named like ``passkt eval``'s rather than after the field."""
+
+EXAMPLES = """\
+examples:
+  passkt train grpo --env BridgeQA-v0 --policy hf:Qwen/Qwen2.5-7B-Instruct --limit 200 \\
+      --group-size 8 --t-train 5 --epochs 10 --out runs/grpo
+  passkt train sft --env BridgeQA-v0 --policy hf:Qwen/Qwen2.5-7B-Instruct --limit 200 \\
+      --finetune lora --t-train 5 --out runs/sft
+  passkt train grpo --config grpo.json --learning-rate 2e-6      (flags override the file)
+  passkt train grpo --out runs/grpo --resume                     (continue from the last checkpoint)
+  passkt train grpo --config grpo.json --print-config            (show the resolved config)
+  torchrun --nproc_per_node 8 -m passkt.eval.cli train grpo ...  (several processes)
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``train`` (with ``grpo`` and ``sft``) to the ``passkt`` command line."""
+    train = subparsers.add_parser(
+        "train",
+        help="train a policy with GRPO or SFT on any registered env",
+        description="GRPO (multi-turn, group advantages, clipped token-level surrogate) or SFT "
+        "on oracle trajectories of the same tasks (the matched-data control).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    kinds = train.add_subparsers(dest="trainer", metavar="TRAINER", required=True)
+    for name, cls, help_text in (
+        ("grpo", GRPOConfig, "Group Relative Policy Optimization"),
+        ("sft", SFTConfig, "supervised fine-tuning on expert (oracle) trajectories"),
+    ):
+        parser = kinds.add_parser(
+            name,
+            help=help_text,
+            description=(cls.__doc__ or "").strip(),
+            epilog=EXAMPLES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            argument_default=argparse.SUPPRESS,
+        )
+        parser.add_argument("--config", metavar="FILE.json", help="config fields as a JSON object")
+        parser.add_argument(
+            "--resume", action="store_true", help="continue from the last checkpoint in --out"
+        )
+        parser.add_argument(
+            "--print-config", action="store_true", help="print the resolved config and exit"
+        )
+        add_config_flags(parser, cls)
+        parser.set_defaults(func=run_command, config_class=cls)
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type[TrainConfig]) -> None:
+    """One flag per dataclass field; unset flags are absent from the namespace."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        flag = _RENAMED.get(f.name, "--" + f.name.replace("_", "-"))
+        kind = hints[f.name]
+        help_text = docs.get(f.name, "").replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": f.name, "help": help_text}
+        args = typing.get_args(kind)
+        if kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(kind) is Literal:
+            kwargs["choices"] = args
+        elif f.name == "env_kwargs":
+            kwargs.update(type=parse_kwargs, metavar="K=V,...")
+        else:
+            kwargs.update(type=_converter(kind, f.name), metavar=f.name.upper())
+        names = (
+            [flag]
+            if flag == "--" + f.name.replace("_", "-")
+            else [flag, "--" + f.name.replace("_", "-")]
+        )
+        parser.add_argument(*names, **kwargs)
+
+
+def _converter(kind: Any, name: str) -> Any:
+    """A string -> value function for a field type (``int``, ``float | None``, tuples...)."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    optional = type(None) in typing.get_args(kind)
+    base = args[0] if optional and args else kind
+    if typing.get_origin(base) is tuple:
+
+        def items(text: str) -> Any:
+            if optional and text.lower() in ("none", "null", ""):
+                return None
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+
+        return items
+
+    def convert(text: str) -> Any:
+        if optional and text.lower() in ("none", "null"):
+            return None
+        try:
+            return base(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--{name.replace('_', '-')} expects {getattr(base, '__name__', base)}"
+                f"{' or none' if optional else ''}, got {text!r}"
+            ) from None
+
+    return convert
+
+
+def parse_kwargs(text: str) -> dict[str, Any]:
+    """``k=v,k=v`` (numbers, true/false, none, JSON values) or a JSON object, as ``passkt eval``."""
+    text = text.strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise argparse.ArgumentTypeError(f"--env-kwargs is not valid JSON ({e})") from e
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError("--env-kwargs JSON must be an object")
+        return value
+    out: dict[str, Any] = {}
+    for item in (part.strip() for part in text.split(",")):
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise argparse.ArgumentTypeError(
+                f"bad --env-kwargs item {item!r}: expected k=v pairs separated by commas, "
+                "e.g. source=hotpotqa,path=dev.json (or a JSON object)"
+            )
+        out[key.strip()] = _value(raw.strip())
+    return out
+
+
+def _value(text: str) -> Any:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The config the command line asks for: defaults < ``--config`` file < flags."""
+    cls: type[TrainConfig] = args.config_class
+    values: dict[str, Any] = {}
+    config_file = getattr(args, "config", None)
+    if config_file is not None:
+        path = Path(config_file)
+        if not path.is_file():
+            raise FileNotFoundError(f"--config file {path} does not exist")
+        values.update(cls.load(path).to_dict())
+    names = {f.name for f in dataclasses.fields(cls)}
+    values.update({k: v for k, v in vars(args).items() if k in names})
+    return cls.from_dict(values)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run ``passkt train grpo|sft`` (prints only here, in the CLI)."""
+    config = config_from_args(args)
+    if getattr(args, "print_config", False):
+        print(json.dumps(config.to_dict(), indent=2, sort_keys=True))
+        return 0
+    resume = bool(getattr(args, "resume", False))
+    if isinstance(config, GRPOConfig):
+        from passkt.agents.train.grpo import train_grpo
+
+        result = train_grpo(config, resume=resume)
+    else:
+        from passkt.agents.train.sft import train_sft
+
+        result = train_sft(config, resume=resume)
+    if result.checkpoint is not None:
+        metrics = ", ".join(
+            f"{k}={v:.4g}" for k, v in result.last_metrics.items() if isinstance(v, float)
+        )
+        print(f"passkt: trained {result.steps} steps; last step: {metrics}", file=sys.stderr)
+        print(result.checkpoint)
+    return 0

@@ -1,0 +1,436 @@
+"""What GRPO and SFT share: tasks, data order, model set-up, token batches, metrics, evaluation.
+
+Both trainers run unchanged on one CPU process or under ``accelerate launch`` / ``torchrun`` on
+many: an ``Accelerator`` owns the devices and the process group, each process takes its share
+(``items[rank::world]``) of every step's batch, ``accelerator.prepare`` makes the model all-reduce
+its gradients, and only the main process writes metrics and checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from passkt.agents.policy import SamplingParams
+from passkt.agents.train.checkpoint import ADAPTER_DIR, load_adapter
+from passkt.agents.train.config import TrainConfig, policy_path
+from passkt.agents.train.losses import token_logprobs
+from passkt.envs.tasks import Task
+
+logger = logging.getLogger(__name__)
+
+TIMING_METRICS = ("tokens/s", "time/")
+"""Metric names (or prefixes) that measure wall-clock time and so differ between equal runs."""
+
+
+def is_timing_metric(name: str) -> bool:
+    """Whether a metric measures time (excluded when comparing two runs for equality)."""
+    return any(name == k or (k.endswith("/") and name.startswith(k)) for k in TIMING_METRICS)
+
+
+# --------------------------------------------------------------------------- tasks and data order
+
+
+def env_kwargs_for(config: TrainConfig, split: str) -> dict[str, Any]:
+    """``gym.make`` kwargs of the training (or evaluation) tasks."""
+    return {**config.env_kwargs, "split": split}
+
+
+def load_task_list(
+    config: TrainConfig,
+    split: str,
+    *,
+    task_ids: Sequence[str] | None = None,
+    limit: int | None = None,
+) -> list[Task]:
+    """The tasks of ``config.env_id`` on ``split``, restricted to ``task_ids`` then ``limit``."""
+    import gymnasium as gym
+
+    import passkt.envs  # noqa: F401  (registers the envs)
+
+    env = gym.make(config.env_id, max_tool_calls=config.t_train, **env_kwargs_for(config, split))
+    tasks = list(env.unwrapped.tasks)
+    env.close()
+    if task_ids is not None:
+        by_id = {task.task_id: task for task in tasks}
+        missing = [task_id for task_id in task_ids if task_id not in by_id]
+        if missing:
+            raise ValueError(
+                f"task_ids not in {config.env_id} (split {split!r}): {missing[:5]}"
+                f"{' ...' if len(missing) > 5 else ''}"
+            )
+        tasks = [by_id[task_id] for task_id in task_ids]
+    if limit is not None:
+        tasks = tasks[:limit]
+    if not tasks:
+        raise ValueError(f"No tasks to train on in {config.env_id} (split {split!r}).")
+    return tasks
+
+
+@dataclass(frozen=True)
+class BatchSchedule:
+    """Which items (task or example indices) each optimizer step uses: a seeded data order.
+
+    Each epoch is a fresh permutation of the items, repeated cyclically to fill whole steps, so
+    every item is seen at least once per epoch and every step has the same batch size. The order
+    depends only on ``(seed, epoch)``: a resumed run recomputes it exactly.
+    """
+
+    num_items: int
+    per_step: int
+    seed: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.num_items / self.per_step)
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        """The item order of one epoch (``steps_per_epoch * per_step`` entries)."""
+        permutation = np.random.default_rng([self.seed, epoch]).permutation(self.num_items)
+        return [int(i) for i in np.resize(permutation, self.steps_per_epoch * self.per_step)]
+
+    def items(self, step: int) -> list[int]:
+        """The global batch of optimizer step ``step`` (0-based)."""
+        epoch, index = divmod(step, self.steps_per_epoch)
+        order = self.epoch_order(epoch)
+        return order[index * self.per_step : (index + 1) * self.per_step]
+
+
+def total_steps(config: TrainConfig, schedule: BatchSchedule) -> int:
+    """Optimizer steps of the whole run."""
+    if config.max_steps is not None:
+        return config.max_steps
+    return config.epochs * schedule.steps_per_epoch
+
+
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """A distinct, reproducible seed for the rollouts of one step on one process."""
+    return (seed * 1_000_003 + step * 10_007 + rank * 101 + 17) % (2**31 - 1)
+
+
+# --------------------------------------------------------------------------- model set-up
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    """``auto``: bfloat16 on a GPU that supports it, else float32."""
+    if name == "auto":
+        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return getattr(torch, name)
+
+
+def load_model(
+    config: TrainConfig, *, resume_from: Path | None = None, trainable: bool = True
+) -> tuple[Any, Any]:
+    """The model to train (wrapped with LoRA if asked) and its tokenizer, on the CPU.
+
+    Args:
+        config: The run's config.
+        resume_from: A checkpoint to continue from: its weights (full fine-tuning) or its adapter
+            (LoRA, loaded onto the base model) replace the starting ones.
+        trainable: False gives a frozen copy of the starting policy (the KL reference).
+    """
+    from passkt.agents.hf import HFPolicy
+
+    dtype = str(resolve_dtype(config.dtype)).removeprefix("torch.")
+    source: Any = policy_path(config.policy)
+    if trainable and resume_from is not None and config.finetune == "full":
+        source = resume_from
+    loaded = HFPolicy(source, device="cpu", dtype=dtype)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    if not trainable:
+        model.requires_grad_(False)
+        return model.eval(), tokenizer
+    if config.finetune == "lora":
+        model = _wrap_lora(model, config)
+        if resume_from is not None:
+            load_adapter(model, resume_from)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        if config.finetune == "lora":
+            model.enable_input_require_grads()
+    return model.train(), tokenizer
+
+
+def _wrap_lora(model: Any, config: TrainConfig) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    targets = config.lora_target_modules
+    lora = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules="all-linear" if targets == ("all-linear",) else list(targets),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+def is_lora_checkpoint(folder: Path) -> bool:
+    """Whether a checkpoint holds a LoRA adapter."""
+    return (folder / ADAPTER_DIR).is_dir()
+
+
+def make_optimizer(model: Any, config: TrainConfig, steps: int) -> tuple[Any, Any]:
+    """AdamW over the trainable parameters, and the learning-rate schedule (per optimizer step)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("The model has no trainable parameters (check finetune / LoRA targets).")
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+
+    def factor(step: int) -> float:
+        if step < config.warmup_steps:
+            return (step + 1) / (config.warmup_steps + 1)
+        span = max(1, steps - config.warmup_steps)
+        progress = min(1.0, (step - config.warmup_steps) / span)
+        if config.lr_scheduler == "linear":
+            return 1.0 - progress
+        if config.lr_scheduler == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def make_accelerator() -> Any:
+    """An ``Accelerator`` on the GPUs if there are any, else on the CPU (gloo for several)."""
+    from accelerate import Accelerator
+
+    return Accelerator(cpu=not torch.cuda.is_available())
+
+
+# --------------------------------------------------------------------------- token batches
+
+
+@dataclass(frozen=True)
+class TokenSequence:
+    """One training sequence: its ids, which are policy tokens, and their sampling logprobs."""
+
+    token_ids: tuple[int, ...]
+    policy_mask: tuple[bool, ...]
+    logprobs: tuple[float, ...] = ()
+
+    @classmethod
+    def from_episode(cls, episode: Any, max_length: int | None = None) -> TokenSequence:
+        """The token record of a rollout ``Episode`` (cut to ``max_length`` tokens)."""
+        if not episode.token_ids:
+            raise ValueError(
+                f"Episode of task {episode.task_id!r} has no token ids: the trainers need a "
+                "TokenPolicy (HFPolicy) or rollout(..., tokenizer=...)."
+            )
+        end = max_length or len(episode.token_ids)
+        return cls(
+            tuple(episode.token_ids[:end]),
+            tuple(episode.policy_mask[:end]),
+            tuple(episode.logprobs[:end]),
+        )
+
+    @property
+    def num_policy_tokens(self) -> int:
+        return sum(self.policy_mask)
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """Right-padded tensors of a micro-batch."""
+
+    input_ids: torch.Tensor
+    """``(B, L)``."""
+    attention_mask: torch.Tensor
+    """``(B, L)``, 1 at real tokens."""
+    policy_mask: torch.Tensor
+    """``(B, L)`` bool, True at policy tokens (the trained targets)."""
+
+
+def collate(sequences: Sequence[TokenSequence], pad_id: int, device: Any = "cpu") -> TokenBatch:
+    """Right-pad sequences into one batch."""
+    width = max(len(s.token_ids) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)  # (B, L)
+    attention = torch.zeros((len(sequences), width), dtype=torch.long)  # (B, L)
+    mask = torch.zeros((len(sequences), width), dtype=torch.bool)  # (B, L)
+    for row, seq in enumerate(sequences):
+        if len(seq.policy_mask) != len(seq.token_ids):
+            raise ValueError(
+                f"sequence {row}: {len(seq.token_ids)} ids but {len(seq.policy_mask)} mask entries"
+            )
+        n = len(seq.token_ids)
+        ids[row, :n] = torch.tensor(seq.token_ids, dtype=torch.long)
+        attention[row, :n] = 1
+        mask[row, :n] = torch.tensor(seq.policy_mask, dtype=torch.bool)
+    mask[:, 0] = False  # the first token has no prediction
+    return TokenBatch(ids.to(device), attention.to(device), mask.to(device))
+
+
+def sequence_logprobs(model: Any, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
+    """``(B, L)`` log-probability of each token given its prefix, at least at policy tokens.
+
+    Positions that predict no policy token in any row are left at 0 (the losses mask them).
+    Only the positions that predict a policy token (in any row) go through the output head
+    (``logits_to_keep``): with a large vocabulary the ``(B, L, V)`` logits of a multi-turn
+    episode, mostly prompt and observations, would otherwise dominate memory.
+    """
+    ids = batch.input_ids  # (B, L)
+    predicts = batch.policy_mask[:, 1:].any(0)  # (L-1,): position t predicts token t + 1
+    keep = torch.nonzero(predicts).squeeze(-1)  # (K,)
+    if not _accepts_logits_to_keep(model) or keep.numel() == predicts.numel():
+        logits = model(input_ids=ids, attention_mask=batch.attention_mask, use_cache=False).logits
+        return token_logprobs(logits, ids, temperature)  # (B, L)
+    out = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)  # (B, L)
+    if keep.numel() == 0:
+        return out
+    logits = model(
+        input_ids=ids, attention_mask=batch.attention_mask, use_cache=False, logits_to_keep=keep
+    ).logits  # (B, K, V)
+    targets = ids[:, keep + 1]  # (B, K)
+    scale = temperature if temperature > 0 else 1.0
+    rows = []
+    for row_logits, row_targets in zip(logits, targets, strict=True):  # one row at a time
+        row_logits = row_logits.float() / scale  # (K, V)
+        picked = row_logits.gather(-1, row_targets[:, None]).squeeze(-1)  # (K,)
+        rows.append(picked - torch.logsumexp(row_logits, dim=-1))
+    columns = (keep + 1).expand(len(rows), -1)  # (B, K)
+    return out.scatter(1, columns, torch.stack(rows))  # (B, L)
+
+
+def _accepts_logits_to_keep(model: Any) -> bool:
+    """Whether the causal LM under any DDP / peft wrappers takes ``logits_to_keep``."""
+    import inspect
+
+    inner = getattr(model, "module", model)  # DistributedDataParallel
+    if hasattr(inner, "get_base_model"):  # peft
+        inner = inner.get_base_model()
+    return "logits_to_keep" in inspect.signature(inner.forward).parameters
+
+
+def micro_batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    """Consecutive chunks of at most ``size`` items."""
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def shard(items: Sequence[Any], rank: int, world: int) -> list[Any]:
+    """This process's share of a global batch (strided, so shards differ by at most one)."""
+    return list(items[rank::world])
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def reduce_sums(accelerator: Any, sums: Mapping[str, float]) -> dict[str, float]:
+    """Sum each value over all processes (identity on one process)."""
+    if accelerator.num_processes == 1:
+        return dict(sums)
+    keys = sorted(sums)
+    values = torch.tensor(
+        [float(sums[k]) for k in keys], dtype=torch.float64, device=accelerator.device
+    )
+    values = accelerator.reduce(values, reduction="sum")
+    return dict(zip(keys, values.tolist(), strict=True))
+
+
+class MetricsLogger:
+    """Appends one JSON line per step to ``output_dir/metrics.jsonl`` (and TensorBoard if asked).
+
+    Only the main process writes; the others hold a disabled logger.
+    """
+
+    def __init__(self, output_dir: Path, *, enabled: bool, tensorboard: bool = False) -> None:
+        self.path = output_dir / "metrics.jsonl"
+        self.enabled = enabled
+        self._writer = None
+        if enabled and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise ImportError(
+                    "tensorboard=True needs the tensorboard package: pip install tensorboard "
+                    "(or set tensorboard=False; metrics.jsonl is always written)"
+                ) from e
+            self._writer = SummaryWriter(str(output_dir / "tb"))
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Write one line ``{"step": step, **metrics}``."""
+        if not self.enabled:
+            return
+        record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if self._writer is not None:
+            for name, value in metrics.items():
+                if isinstance(value, (int, float)):
+                    self._writer.add_scalar(name, value, step)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.item()
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    return value
+
+
+def read_metrics(output_dir: str | Path) -> list[dict[str, Any]]:
+    """The lines of a run's ``metrics.jsonl``."""
+    path = Path(output_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate(
+    policy: Any,
+    config: TrainConfig,
+    tasks: Sequence[Task],
+    accelerator: Any,
+    *,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Greedy pass@1 at budget ``t_train`` on ``tasks`` (sharded over processes)."""
+    from passkt.agents.rollout import rollout
+
+    local = shard([t.task_id for t in tasks], accelerator.process_index, accelerator.num_processes)
+    sums = {"correct": 0.0, "episodes": 0.0, "tool_calls": 0.0}
+    if local:
+        params = SamplingParams(temperature=0.0, max_new_tokens=_max_new_tokens(config))
+        result = rollout(
+            policy,
+            config.env_id,
+            local,
+            n=1,
+            budgets=(config.t_train,),
+            env_kwargs=env_kwargs_for(config, config.eval_split),
+            params=params,
+            seed=seed,
+        )
+        sums["correct"] = float(sum(e.correct for e in result.episodes))
+        sums["episodes"] = float(len(result.episodes))
+        sums["tool_calls"] = float(sum(e.tool_calls for e in result.episodes))
+    totals = reduce_sums(accelerator, sums)
+    episodes = max(totals["episodes"], 1.0)
+    return {
+        "eval/reward": totals["correct"] / episodes,
+        "eval/tool_calls": totals["tool_calls"] / episodes,
+    }
+
+
+def _max_new_tokens(config: TrainConfig) -> int:
+    return int(getattr(config, "max_new_tokens", 256))
+
+
+def mean(values: Iterable[float]) -> float:
+    """Mean of a possibly empty iterable (0.0 when empty)."""
+    values = list(values)
+    return float(sum(values) / len(values)) if values else 0.0

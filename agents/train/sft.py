@@ -1,0 +1,238 @@
+"""SFT on expert trajectories: the matched-data control of the study.
+
+The expert is ``OraclePolicy``: it follows each task's gold chain (``<search>`` the gold queries
+in order, then ``<answer>``). Its episodes run through the same rollout engine and env as GRPO's,
+on the same task list and budget T_train, and are tokenized with the trained model's own chat
+template (``rollout(..., tokenizer=...)``), so SFT sees exactly the protocol GRPO samples in.
+
+The loop, per optimizer step::
+
+    batch <- the step's batch_size expert episodes (a seeded permutation per epoch; this share)
+    for each micro-batch (gradients accumulate):
+        loss <- token NLL of the policy tokens                    # prompt/observations masked
+        backward(loss)
+    clip the gradient norm; optimizer step; schedule step
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from passkt.agents.policy import Message
+from passkt.agents.train.common import (
+    TokenSequence,
+    collate,
+    env_kwargs_for,
+    load_task_list,
+    micro_batches,
+    reduce_sums,
+    sequence_logprobs,
+)
+from passkt.agents.train.config import SFTConfig
+from passkt.agents.train.loop import Timer, TrainingRun, TrainResult
+from passkt.agents.train.losses import policy_nll
+from passkt.envs.tasks import Task
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ExpertExample:
+    """One expert episode, tokenized for training."""
+
+    task_id: str
+    reward: float
+    sequence: TokenSequence
+    messages: tuple[Message, ...] = ()
+
+
+def build_expert_dataset(
+    config: SFTConfig,
+    tokenizer: Any,
+    *,
+    tasks: Sequence[Task] | None = None,
+    seed: int | None = None,
+) -> list[ExpertExample]:
+    """Expert episodes of ``OraclePolicy`` on the config's training tasks, one per task.
+
+    Args:
+        config: Gives the env, its kwargs, the split, the task selection and T_train (the same
+            fields as a ``GRPOConfig``, so both trainers see the same tasks).
+        tokenizer: The tokenizer (with chat template) of the model to be trained.
+        tasks: The tasks (default: ``load_task_list`` of the config).
+        seed: Rollout seed (default: ``config.seed``).
+    """
+    from passkt.agents.rollout import rollout
+    from passkt.agents.scripted import OraclePolicy
+
+    if tasks is None:
+        tasks = load_task_list(config, config.split, task_ids=config.task_ids, limit=config.limit)
+    result = rollout(
+        OraclePolicy(tasks),
+        config.env_id,
+        [task.task_id for task in tasks],
+        n=1,
+        budgets=(config.t_train,),
+        env_kwargs=env_kwargs_for(config, config.split),
+        seed=config.seed if seed is None else seed,
+        tokenizer=tokenizer,
+    )
+    return [
+        ExpertExample(
+            task_id=e.task_id,
+            reward=e.reward,
+            sequence=TokenSequence(tuple(e.token_ids), tuple(e.policy_mask)),
+            messages=tuple(e.messages),
+        )
+        for e in result.episodes
+    ]
+
+
+def save_expert_dataset(examples: Sequence[ExpertExample], path: str | Path) -> Path:
+    """Write expert examples as JSONL: task_id, reward, token_ids, policy_mask, messages."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        for example in examples:
+            record = {
+                "task_id": example.task_id,
+                "reward": example.reward,
+                "token_ids": list(example.sequence.token_ids),
+                "policy_mask": [int(m) for m in example.sequence.policy_mask],
+                "messages": list(example.messages),
+            }
+            handle.write(json.dumps(record) + "\n")
+    return path
+
+
+def load_expert_dataset(path: str | Path) -> list[ExpertExample]:
+    """Read a JSONL written by ``save_expert_dataset`` (or by hand in the same format)."""
+    from passkt.envs.errors import DatasetFormatError
+
+    examples = []
+    lines = Path(path).read_text().splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DatasetFormatError(path, number, "-", f"not valid JSON ({e})") from e
+        for key in ("task_id", "token_ids", "policy_mask"):
+            if key not in record:
+                raise DatasetFormatError(path, number, key, "missing; see save_expert_dataset")
+        ids, mask = record["token_ids"], record["policy_mask"]
+        if len(ids) != len(mask):
+            raise DatasetFormatError(
+                path, number, "policy_mask", f"has {len(mask)} entries for {len(ids)} token_ids"
+            )
+        examples.append(
+            ExpertExample(
+                task_id=str(record["task_id"]),
+                reward=float(record.get("reward", 1.0)),
+                sequence=TokenSequence(tuple(ids), tuple(bool(m) for m in mask)),
+                messages=tuple(record.get("messages", ())),
+            )
+        )
+    if not examples:
+        raise DatasetFormatError(path, 0, "-", "the file has no examples")
+    return examples
+
+
+def train_sft(config: SFTConfig, *, resume: bool = False) -> TrainResult:
+    """Fine-tune ``config.policy`` on expert episodes (built from the config's tasks, or read
+    from ``config.data_path``).
+
+    Args:
+        config: The run's config (see ``SFTConfig``).
+        resume: Continue from the newest checkpoint in ``config.output_dir``.
+
+    Returns:
+        Where the run wrote its checkpoints and metrics, and the last step's metrics.
+    """
+    run = TrainingRun.start(config, resume=resume)
+    examples = expert_examples(config, run.tokenizer)
+    by_id = {f"{i}:{e.task_id}": e for i, e in enumerate(examples)}
+    run.plan(list(by_id), config.batch_size)
+    if run.is_main and config.data_path is None:
+        save_expert_dataset(examples, run.output_dir / "expert_data.jsonl")
+    for step in run.steps("sft"):
+        timer = Timer()
+        with timer("update"):
+            sequences = [by_id[item].sequence for item in run.local_items(step)]
+            sums = sft_update(run, config, sequences)
+        totals = reduce_sums(run.accelerator, sums)
+        metrics = {
+            "loss/nll": totals["loss"] / run.world,
+            "tokens/policy": totals["tokens"],
+            "grad_norm": sums["grad_norm"],
+            "tokens/s": totals["all_tokens"] / max(timer.seconds["update"], 1e-9),
+            "time/update_s": timer.seconds["update"],
+        }
+        run.end_step(step, metrics, postfix=f"nll={metrics['loss/nll']:.3f}")
+    return run.finish()
+
+
+def expert_examples(config: SFTConfig, tokenizer: Any) -> list[ExpertExample]:
+    """The run's training examples: ``config.data_path`` or freshly built expert episodes,
+    keeping only rewarded ones when ``config.only_correct``."""
+    if config.data_path is not None:
+        examples = load_expert_dataset(config.data_path)
+    else:
+        examples = build_expert_dataset(config, tokenizer)
+    kept = [e for e in examples if e.reward > 0 or not config.only_correct]
+    if not kept:
+        raise ValueError(
+            f"None of the {len(examples)} expert episodes earned a reward; check the tasks and "
+            "T_train (the oracle needs as many tool calls as a task's gold queries), or set "
+            "only_correct=False."
+        )
+    if len(kept) < len(examples):
+        logger.warning("dropped %d expert episodes without reward", len(examples) - len(kept))
+    if config.max_length is not None:
+        kept = [
+            ExpertExample(e.task_id, e.reward, _cut(e.sequence, config.max_length), e.messages)
+            for e in kept
+        ]
+    return kept
+
+
+def _cut(sequence: TokenSequence, length: int) -> TokenSequence:
+    return TokenSequence(sequence.token_ids[:length], sequence.policy_mask[:length])
+
+
+def sft_update(
+    run: TrainingRun, config: SFTConfig, sequences: Sequence[TokenSequence]
+) -> dict[str, float]:
+    """One optimizer step of token NLL on policy tokens; returns this process's sums."""
+    device = run.accelerator.device
+    counts = {
+        "tokens": float(sum(s.num_policy_tokens for s in sequences)),
+        "sequences": float(len(sequences)),
+    }
+    totals = reduce_sums(run.accelerator, counts)
+    key = "tokens" if config.aggregation == "token_mean" else "sequences"
+    normalizer = totals[key] / run.world
+    chunks = micro_batches(list(sequences), config.micro_batch_size)
+    loss_sum = 0.0
+    for j, chunk in enumerate(chunks):
+        batch = collate(chunk, run.policy.pad_token_id, device)
+        last = j == len(chunks) - 1
+        with contextlib.nullcontext() if last else run.accelerator.no_sync(run.model):
+            logp = sequence_logprobs(run.model, batch)  # (B, L)
+            loss = policy_nll(logp, batch.policy_mask, config.aggregation, normalizer)
+            run.accelerator.backward(loss)
+        loss_sum += loss.item()
+    grad_norm = run.optimizer_step()
+    return {
+        "loss": loss_sum,
+        "tokens": counts["tokens"],
+        "all_tokens": float(sum(len(s.token_ids) for s in sequences)),
+        "grad_norm": grad_norm,
+    }

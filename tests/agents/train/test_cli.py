@@ -1,0 +1,97 @@
+"""``passkt train grpo|sft``: flags from the config dataclasses, --config files, --resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from passkt.agents.train.common import read_metrics
+from passkt.eval.cli import main
+
+
+def resolved(capsys, *argv: str) -> dict:
+    assert main(["train", *argv, "--print-config"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_flags_override_the_config_file_which_overrides_defaults(tmp_path, capsys):
+    path = tmp_path / "grpo.json"
+    path.write_text(json.dumps({"policy": "hf:base", "group_size": 4, "learning_rate": 1e-5}))
+    config = resolved(
+        capsys,
+        "grpo",
+        "--config",
+        str(path),
+        "--learning-rate",
+        "2e-6",
+        "--env",
+        "ComparisonQA-v0",
+        "--env-kwargs",
+        "source=hotpotqa,path=dev.json,top_k=5",
+        "--lora-target-modules",
+        "q_proj,v_proj",
+        "--max-steps",
+        "none",
+        "--no-progress",
+    )
+    assert config["group_size"] == 4  # from the file
+    assert config["learning_rate"] == 2e-6  # the flag wins
+    assert config["clip_high"] == 0.2  # the default
+    assert config["env_id"] == "ComparisonQA-v0"
+    assert config["env_kwargs"] == {"source": "hotpotqa", "path": "dev.json", "top_k": 5}
+    assert config["lora_target_modules"] == ["q_proj", "v_proj"]
+    assert config["max_steps"] is None and config["progress"] is False
+    assert resolved(capsys, "sft", "--policy", "hf:m")["finetune"] == "lora"  # SFT's default
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["grpo", "--policy", "hf:m", "--group-size", "x"], "--group-size expects int"),
+        (["grpo", "--policy", "hf:m", "--advantage", "ppo"], "invalid choice: 'ppo'"),
+        (["grpo", "--policy", "hf:m", "--group-size", "1"], "group_size must be >= 2"),
+        (["grpo", "--policy", "scripted:oracle"], "cannot be trained"),
+        (["sft", "--policy", "hf:m", "--group-size", "8"], "unrecognized arguments"),
+        (["grpo", "--config", "missing.json"], "--config file missing.json does not exist"),
+        (["grpo", "--env-kwargs", "hops"], "bad --env-kwargs item 'hops'"),
+    ],
+)
+def test_bad_command_lines_fail_in_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", *argv, "--print-config"])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_train_sft_then_resume_from_the_command_line(tiny64, people, tmp_path, capsys):
+    out = tmp_path / "sft"
+    common = [
+        "train",
+        "sft",
+        "--policy",
+        f"hf:{tiny64}",
+        "--env",
+        "BridgeQA-v0",
+        "--env-kwargs",
+        "source=people",
+        "--t-train",
+        "2",
+        "--finetune",
+        "full",
+        "--batch-size",
+        "2",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    assert main([*common, "--max-steps", "2"]) == 0
+    assert Path(capsys.readouterr().out.strip()) == out / "checkpoint-2"
+    with pytest.raises(SystemExit):  # a second run into the same folder needs --resume
+        main([*common, "--max-steps", "3"])
+    assert "already holds a run" in capsys.readouterr().err
+    assert main([*common, "--max-steps", "3", "--resume"]) == 0
+    assert Path(capsys.readouterr().out.strip()) == out / "checkpoint-3"
+    assert [m["step"] for m in read_metrics(out)] == [1, 2, 3]
+    assert json.loads((out / "config.json").read_text())["max_steps"] == 3

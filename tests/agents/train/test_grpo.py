@@ -1,0 +1,259 @@
+"""GRPO: learning by learning, policy-token masks, logprob alignment, config validation."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from passkt.agents.policy import SamplingParams
+from passkt.agents.rollout import rollout
+from passkt.agents.train.common import TokenSequence, collate, read_metrics, sequence_logprobs
+from passkt.agents.train.config import GRPOConfig
+from passkt.agents.train.grpo import grpo_loss, train_grpo
+from passkt.agents.train.losses import token_logprobs
+from passkt.envs.tasks import Paragraph, Task
+
+DIGIT_ENV = {"source": "digits"}  # registered by the digit_tasks fixture (conftest.py)
+
+
+def mean_reward(checkpoint: Path, task_ids: list[str], n: int, seed: int) -> float:
+    """Sampled (temperature 1) reward of a checkpoint on the digit tasks: a separate evaluation."""
+    from passkt.agents.hf import HFPolicy
+
+    policy = HFPolicy(checkpoint, batch_size=64)
+    result = rollout(
+        policy,
+        "Math-v0",
+        task_ids,
+        n=n,
+        budgets=(0,),
+        env_kwargs={**DIGIT_ENV, "split": "train"},
+        params=SamplingParams(temperature=1.0, max_new_tokens=12),
+        seed=seed,
+    )
+    return sum(e.reward for e in result.episodes) / len(result.episodes)
+
+
+def digit_config(policy: Path, out: Path, **overrides) -> GRPOConfig:
+    fields = dict(
+        policy=f"hf:{policy}",
+        env_id="Math-v0",
+        env_kwargs=DIGIT_ENV,
+        t_train=0,
+        group_size=8,
+        tasks_per_step=4,
+        micro_batch_size=16,
+        learning_rate=1e-3,
+        max_new_tokens=12,
+        output_dir=str(out),
+        progress=False,
+    )
+    fields.update(overrides)
+    return GRPOConfig(**fields)
+
+
+def test_grpo_raises_the_reward_of_a_tiny_model(format_checkpoint, digit_tasks, tmp_path):
+    before = mean_reward(format_checkpoint, digit_tasks, n=50, seed=101)
+    assert before < 0.2, f"the warm-up should leave about 1/10 reward, got {before}"
+
+    result = train_grpo(digit_config(format_checkpoint, tmp_path / "grpo", max_steps=12))
+
+    after = mean_reward(result.checkpoint, digit_tasks, n=50, seed=202)
+    assert after > 0.8, f"GRPO did not learn: reward {before:.2f} -> {after:.2f}"
+    metrics = read_metrics(tmp_path / "grpo")
+    assert [m["step"] for m in metrics] == list(range(1, 13))
+    first, last = metrics[0], metrics[-1]
+    assert last["reward/mean"] > first["reward/mean"] + 0.5
+    assert last["samples"] == 12 * 4 * 8
+    for key in ("loss/policy", "clip_frac", "grad_norm", "tokens/s", "episode/tool_calls", "lr"):
+        assert math.isfinite(last[key]), key
+    # the answer turn is "<answer>7</answer>": a handful of policy tokens, nothing else trained
+    assert 3 <= last["episode/policy_tokens"] <= 12
+
+
+def hand_bridge_task(i: int) -> Task:
+    person, town = f"Person{i} Alvey", f"Town{i}"
+    return Task(
+        task_id=f"hand-{i}",
+        category="bridge",
+        question=f"Where was {person} born?",
+        answer=town,
+        paragraphs=(
+            Paragraph(person, f"{person} is a film director born in {town}."),
+            Paragraph("Unrelated", "Unrelated is a song by a band."),
+        ),
+        gold_titles=(person,),
+        gold_queries=(person,),
+        depth=1,
+    )
+
+
+@pytest.fixture
+def multi_turn_episodes(tiny64):
+    """Sampled multi-turn BridgeQA episodes of the tiny model (prompt, turns, observations)."""
+    from passkt.agents.hf import HFPolicy
+
+    tasks = [hand_bridge_task(i) for i in range(2)]
+    policy = HFPolicy(tiny64)
+    result = rollout(
+        policy,
+        "BridgeQA-v0",
+        [t.task_id for t in tasks],
+        n=2,
+        budgets=(2,),
+        env_kwargs={"tasks": tasks},
+        params=SamplingParams(temperature=1.0, max_new_tokens=10),
+        seed=3,
+    )
+    return policy, result.episodes
+
+
+def test_sampling_logprobs_equal_recomputed_ones(multi_turn_episodes):
+    policy, episodes = multi_turn_episodes
+    assert any(len(e.turns) > 1 for e in episodes), "want multi-turn episodes"
+    sequences = [TokenSequence.from_episode(e) for e in episodes]
+    batch = collate(sequences, policy.pad_token_id)
+    with torch.no_grad():
+        logp = sequence_logprobs(policy.model, batch, temperature=1.0)  # (B, L)
+    for row, seq in enumerate(sequences):
+        sampled = torch.tensor(seq.logprobs)
+        mask = torch.tensor(seq.policy_mask)
+        recomputed = logp[row, : len(seq.token_ids)]
+        # Same tokens, same positions: the trainer's logp_old equals the sampler's.
+        torch.testing.assert_close(recomputed[mask], sampled[mask], atol=1e-4, rtol=1e-4)
+
+
+def test_logprobs_from_kept_positions_equal_the_full_logits(multi_turn_episodes):
+    policy, episodes = multi_turn_episodes
+    batch = collate([TokenSequence.from_episode(e) for e in episodes], policy.pad_token_id)
+    with torch.no_grad():
+        full = token_logprobs(policy.model(input_ids=batch.input_ids).logits, batch.input_ids)
+        kept = sequence_logprobs(policy.model, batch)  # the output head on policy positions only
+    mask = batch.policy_mask
+    torch.testing.assert_close(kept[mask], full[mask], atol=1e-5, rtol=1e-5)
+    assert mask.sum() < 0.5 * mask.numel()  # the shortcut skipped most positions
+
+
+def test_only_policy_tokens_carry_gradient(multi_turn_episodes):
+    policy, episodes = multi_turn_episodes
+    sequences = [TokenSequence.from_episode(e) for e in episodes]
+    batch = collate(sequences, policy.pad_token_id)
+    for row, (episode, seq) in enumerate(zip(episodes, sequences, strict=True)):
+        n = len(seq.token_ids)
+        assert batch.policy_mask[row, :n].tolist() == list(seq.policy_mask)
+        assert not batch.policy_mask[row, n:].any()  # padding is never trained
+        sampled = sum(len(turn.completion.token_ids) for turn in episode.turns)
+        assert int(batch.policy_mask[row].sum()) == sampled  # exactly the sampled ids
+
+    config = GRPOConfig(policy="hf:x", kl_coef=0.5)
+    model = policy.model
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logits.retain_grad()
+    logp = token_logprobs(logits, batch.input_ids)  # (B, L)
+    reference = logp.detach() - 0.3  # any reference: the KL term is active too
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    loss, _, kl = grpo_loss(logp, batch.policy_mask, advantages, config, logp_ref=reference)
+    assert kl is not None and kl.item() > 0
+    loss.backward()
+    # Logits at position t predict token t + 1: only rows whose next token was sampled by the
+    # policy get gradient; prompt, observation and padding targets get none.
+    predicts_policy = torch.zeros_like(batch.policy_mask)
+    predicts_policy[:, :-1] = batch.policy_mask[:, 1:]
+    row_grad = logits.grad.abs().sum(-1)  # (B, L)
+    assert (row_grad[~predicts_policy] == 0).all()
+    assert (row_grad[predicts_policy] > 0).all()
+
+
+def test_several_iterations_clip_and_a_lora_reference_gives_kl(format_checkpoint, tmp_path):
+    config = digit_config(
+        format_checkpoint,
+        tmp_path / "iter",
+        max_steps=2,
+        num_iterations=3,
+        learning_rate=2e-2,
+        clip_low=0.05,
+        clip_high=0.05,
+        finetune="lora",
+        lora_r=4,
+        kl_coef=0.1,
+        eval_every=1,
+        eval_split="train",
+        eval_limit=2,
+    )
+    train_grpo(config)
+    metrics = read_metrics(tmp_path / "iter")
+    evaluations = [m for m in metrics if "eval/reward" in m]
+    assert [m["step"] for m in evaluations] == [0, 1, 2]  # a baseline, then every step
+    assert all(0 <= m["eval/reward"] <= 1 for m in evaluations)
+    metrics = metrics[1:]
+    # logp_old is frozen before the first update, so later iterations see ratios != 1
+    assert max(m["clip_frac"] for m in metrics) > 0
+    assert all(m["kl"] >= 0 for m in metrics)
+    assert metrics[-1]["kl"] > 0  # the adapter moved away from the base (the reference)
+
+
+def test_tensorboard_without_the_package_says_what_to_install(tmp_path):
+    import importlib.util
+
+    from passkt.agents.train.common import MetricsLogger
+
+    if importlib.util.find_spec("tensorboard") is not None:
+        logger = MetricsLogger(tmp_path, enabled=True, tensorboard=True)
+        logger.log(1, {"reward/mean": 0.5})
+        logger.close()
+        assert (tmp_path / "tb").is_dir()
+        return
+    with pytest.raises(ImportError, match="pip install tensorboard"):
+        MetricsLogger(tmp_path, enabled=True, tensorboard=True)
+
+
+def test_existing_run_needs_resume(format_checkpoint, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text(json.dumps({"step": 1}) + "\n")
+    with pytest.raises(FileExistsError, match="already holds a run; pass resume=True"):
+        train_grpo(digit_config(format_checkpoint, out, max_steps=1))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"group_size": 1}, "group_size must be >= 2"),
+        ({"clip_low": 1.0}, r"clip_low must be in \[0, 1\)"),
+        ({"kl_coef": -0.1}, "kl_coef must be >= 0"),
+        ({"temperature": 0.0}, "temperature must be > 0 for GRPO"),
+        ({"advantage": "ppo"}, "advantage must be one of 'std', 'dr_grpo', 'rloo'"),
+        ({"policy": ""}, "policy is empty"),
+        ({"policy": "vllm:Qwen/Qwen2.5-7B-Instruct"}, "cannot be trained"),
+        ({"env_kwargs": {"max_tool_calls": 3}}, "with t_train, not env_kwargs"),
+        ({"env_kwargs": {"split": "test"}}, "disagrees with split"),
+        ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
+        ({"max_steps": 0}, "max_steps must be None or >= 1"),
+        ({"micro_batch_size": 0}, "micro_batch_size must be an integer >= 1"),
+    ],
+)
+def test_config_rejects_bad_values(change, message):
+    with pytest.raises(ValueError, match=message):
+        GRPOConfig(**{"policy": "hf:model", **change})
+
+
+def test_config_round_trips_through_json_and_names_unknown_fields(tmp_path):
+    config = GRPOConfig(policy="hf:model", group_size=4, lora_target_modules=("q_proj", "v_proj"))
+    path = tmp_path / "grpo.json"
+    config.save(path)
+    assert GRPOConfig.load(path) == config
+    data = json.loads(path.read_text())
+    data["group_sise"] = 8
+    with pytest.raises(ValueError, match="'group_sise' \\(did you mean 'group_size'\\?\\)"):
+        GRPOConfig.from_dict(data)
+    assert GRPOConfig(policy="hf:m").sampling_params() == SamplingParams(max_new_tokens=256)
+    # every field carries a docstring (the CLI's --help)
+    from passkt.agents.train.config import field_docs
+
+    docs = field_docs(GRPOConfig)
+    assert {f.name for f in dataclasses.fields(GRPOConfig)} <= set(docs)

@@ -1,0 +1,80 @@
+"""Task sources of the trainer tests (imported by conftest.py and the distributed worker).
+
+``digits``: four one-turn ``Math-v0`` questions whose answer is the digit 7 (see conftest.py for
+why one shared answer). ``people``: four one-hop ``BridgeQA-v0`` questions (search the person,
+read the birthplace, answer) with two short paragraphs each.
+"""
+
+from __future__ import annotations
+
+from passkt.envs.tasks import Paragraph, Task, register_source
+
+DIGIT_QUESTIONS = (
+    ("What is two plus five?", "7"),
+    ("Name the lucky digit of the harbour.", "7"),
+    ("Which digit does the grader want?", "7"),
+    ("Tell me the answer for Alder Vale.", "7"),
+)
+DIGIT_ENV = {"source": "digits"}
+DIGIT_IDS = [f"digit-{i}" for i in range(len(DIGIT_QUESTIONS))]
+
+
+def digit_source(category: str, split: str, **options: object) -> list[Task]:
+    """The same four questions in both splits (a test source: nothing to generalise to)."""
+    # The envs pass no options unless a test asks; reject any so a typo cannot pass silently.
+    if options:
+        raise TypeError(f"digits takes no options, got {sorted(options)}")
+    if category != "math":
+        return []
+    return [
+        Task(
+            task_id=DIGIT_IDS[i],
+            category="math",
+            question=question,
+            answer=answer,
+            answer_type="number",
+            source="digits",
+            split=split,
+        )
+        for i, (question, answer) in enumerate(DIGIT_QUESTIONS)
+    ]
+
+
+PEOPLE = (
+    ("Mira Oskan", "Port Hollis"),
+    ("Tamsin Orrel", "Alder Vale"),
+    ("Brann Ketil", "Stonemere"),
+    ("Ilse Varro", "Quillport"),
+)
+
+
+def people_source(category: str, split: str, **options: object) -> list[Task]:
+    """Four one-hop bridge questions with two short paragraphs each."""
+    if options:
+        raise TypeError(f"people takes no options, got {sorted(options)}")
+    if category != "bridge":
+        return []
+    return [
+        Task(
+            task_id=f"person-{i}",
+            category="bridge",
+            question=f"Where was {person} born?",
+            answer=town,
+            paragraphs=(
+                Paragraph(person, f"{person} was born in {town}."),
+                Paragraph(town, f"{town} is a town by the sea."),
+            ),
+            gold_titles=(person,),
+            gold_queries=(person,),
+            depth=1,
+            source="people",
+            split=split,
+        )
+        for i, (person, town) in enumerate(PEOPLE)
+    ]
+
+
+def register_test_sources() -> None:
+    """Register ``digits`` and ``people`` (idempotent)."""
+    register_source("digits", digit_source)
+    register_source("people", people_source)
