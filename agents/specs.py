@@ -1,6 +1,8 @@
 """Policy specs: one string names a policy everywhere (CLI, manifests, configs).
 
-``hf:PATH_OR_ID``, ``vllm:ID``, ``openai:URL#MODEL``, ``scripted:oracle``, ``scripted:heuristic``.
+``hf:PATH_OR_ID``, ``vllm:ID``, ``openai:URL#MODEL``, ``scripted:oracle``, ``scripted:heuristic``,
+and ``lean:PATH_OR_ID`` (``HFPolicy`` with the testbed's lean CPU decoding loop for small Llama /
+Qwen2 models: the same completions, several times faster; see ``passkt.agents.testbed.decoding``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 from passkt.agents.policy import Policy
 from passkt.envs.tasks import Task
 
-KINDS = ("hf", "vllm", "openai", "scripted")
+KINDS = ("hf", "lean", "vllm", "openai", "scripted")
 SCRIPTED = ("oracle", "heuristic")
 
 
@@ -46,8 +48,8 @@ def load_policy(spec: str, *, tasks: Iterable[Task] | None = None, **options: An
     """Build the policy a spec names. ``options`` go to the backend's constructor.
 
     Args:
-        spec: ``hf:PATH_OR_ID``, ``vllm:ID``, ``openai:URL#MODEL``, ``scripted:oracle`` or
-            ``scripted:heuristic``.
+        spec: ``hf:PATH_OR_ID``, ``lean:PATH_OR_ID``, ``vllm:ID``, ``openai:URL#MODEL``,
+            ``scripted:oracle`` or ``scripted:heuristic``.
         tasks: The tasks an oracle may be asked about (required for ``scripted:oracle``).
         **options: Backend options, e.g. ``device="cpu", dtype="float32"`` for ``hf``.
     """
@@ -57,6 +59,10 @@ def load_policy(spec: str, *, tasks: Iterable[Task] | None = None, **options: An
         from passkt.agents.hf import HFPolicy
 
         policy = HFPolicy(target, **options)
+    elif kind == "lean":
+        from passkt.agents.testbed.decoding import LeanPolicy
+
+        policy = LeanPolicy(target, **options)
     elif kind == "vllm":
         from passkt.agents.vllm_policy import VLLMPolicy
 

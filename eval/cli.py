@@ -46,6 +46,7 @@ DEFAULT_LIMIT = 100
 _PLUGINS: dict[str, tuple[str, str]] = {
     "train": ("passkt.agents.train.cli", "train a policy with GRPO or SFT on any registered env"),
     "analyze": ("passkt.eval.analysis.cli", "segment perplexity and strategy diversity of runs"),
+    "testbed": ("passkt.agents.testbed.cli", "small agent models trained from scratch (testbed)"),
 }
 """Subcommands that live in other modules: name -> (module with ``add_parser(subparsers)``, help).
 A module is imported only when its command runs, so the CLI starts fast and works without it."""
@@ -240,8 +241,10 @@ def _policy_options(args: argparse.Namespace, kind: str) -> dict[str, Any]:
         value = getattr(args, flag)
         if value is None:
             continue
-        if kind not in ("hf", "vllm"):
-            raise ValueError(f"--{flag} applies to hf: and vllm: policies, not {args.policy!r}")
+        if kind not in ("hf", "lean", "vllm"):
+            raise ValueError(
+                f"--{flag} applies to hf:, lean: and vllm: policies, not {args.policy!r}"
+            )
         options[flag] = value
     return options
 

@@ -33,7 +33,8 @@ class TrainConfig:
 
     # --- what to train, on what -----------------------------------------------------------------
     policy: str = ""
-    """The model to start from: ``hf:PATH_OR_ID`` (as in ``passkt eval``) or a plain folder."""
+    """The model to start from: ``hf:PATH_OR_ID`` (as in ``passkt eval``) or a plain folder;
+    ``lean:PATH`` trains the same model with rollouts from the testbed's lean decoding loop."""
     env_id: str = "BridgeQA-v0"
     """A registered env id (``Math-v0``, ``ComparisonQA-v0``, ``BridgeQA-v0``, or your own)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -265,7 +266,8 @@ class SFTConfig(TrainConfig):
 
 
 def policy_path(spec: str) -> str:
-    """The model a ``policy`` field names: ``hf:PATH_OR_ID`` or a bare path / id."""
+    """The model a ``policy`` field names: ``hf:PATH_OR_ID``, ``lean:PATH_OR_ID`` (rollouts with
+    the testbed's lean decoding loop) or a bare path / id."""
     kind, sep, target = spec.partition(":")
     if not spec:
         raise ValueError("policy is empty: set policy='hf:PATH_OR_ID' (the model to train).")
@@ -274,7 +276,12 @@ def policy_path(spec: str) -> str:
             f"policy {spec!r} cannot be trained: the trainers need a transformers model, "
             "e.g. hf:Qwen/Qwen2.5-7B-Instruct or hf:/path/to/checkpoint."
         )
-    return target if sep and kind == "hf" else spec
+    return target if sep and kind in ("hf", "lean") else spec
+
+
+def rollout_backend(spec: str) -> str:
+    """``"lean"`` when a ``policy`` field asks for the lean decoding loop, else ``"hf"``."""
+    return "lean" if spec.partition(":")[0] == "lean" else "hf"
 
 
 def _positive(config: object, *names: str) -> None:

@@ -37,7 +37,7 @@ from passkt.agents.train.common import (
     make_optimizer,
     total_steps,
 )
-from passkt.agents.train.config import TrainConfig
+from passkt.agents.train.config import TrainConfig, rollout_backend
 from passkt.envs.errors import PassktError
 
 logger = logging.getLogger(__name__)
@@ -150,6 +150,11 @@ class TrainingRun:
         """
         from passkt.agents.hf import HFPolicy
 
+        policy_class = HFPolicy
+        if rollout_backend(self.config.policy) == "lean":
+            from passkt.agents.testbed.decoding import LeanPolicy
+
+            policy_class = LeanPolicy
         config, accelerator = self.config, self.accelerator
         if per_step % accelerator.num_processes:
             raise ValueError(
@@ -164,7 +169,7 @@ class TrainingRun:
         )
         self.model, self.optimizer = accelerator.prepare(self.model, optimizer)
         self.unwrapped = accelerator.unwrap_model(self.model)
-        self.policy = HFPolicy(
+        self.policy = policy_class(
             self.unwrapped, tokenizer=self.tokenizer, batch_size=config.generation_batch_size
         )
         if self.resume_from is not None:

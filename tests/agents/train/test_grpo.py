@@ -257,3 +257,20 @@ def test_config_round_trips_through_json_and_names_unknown_fields(tmp_path):
 
     docs = field_docs(GRPOConfig)
     assert {f.name for f in dataclasses.fields(GRPOConfig)} <= set(docs)
+
+
+def test_lean_rollouts_train_the_same_run(format_checkpoint, digit_tasks, tmp_path):
+    # ``lean:PATH`` trains the same model with rollouts from the testbed's decoding loop, which
+    # samples the same tokens as HFPolicy's for the same seed: the runs are the same run.
+    runs = {}
+    for kind in ("hf", "lean"):
+        config = digit_config(format_checkpoint, tmp_path / kind, max_steps=3)
+        train_grpo(dataclasses.replace(config, policy=f"{kind}:{format_checkpoint}"))
+        runs[kind] = read_metrics(tmp_path / kind)
+    assert len(runs["lean"]) == 3
+    for hf, lean in zip(runs["hf"], runs["lean"], strict=True):
+        assert lean["reward/mean"] == hf["reward/mean"]
+        assert lean["samples"] == hf["samples"]
+        assert lean["loss/policy"] == pytest.approx(hf["loss/policy"], rel=1e-3, abs=1e-5)
+        assert lean["tokens/generated"] == hf["tokens/generated"]
+    assert {m["reward/mean"] for m in runs["hf"]} != {0.0}  # some reward to learn from

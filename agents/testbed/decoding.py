@@ -1,0 +1,534 @@
+"""``LeanPolicy``: ``HFPolicy`` with a lean decoding loop for small Llama / Qwen2 models on a CPU.
+
+For a model of a few million parameters, ``HFPolicy``'s time goes almost entirely to three things
+that do not depend on the model's size (measured in ``benchmarks/testbed_speed.py``):
+
+1. *Re-prefilling the conversation every turn.* The rollout engine calls ``generate_ids`` with the
+   whole episode so far (system prompt, question, every turn and search result): a T = 5 episode
+   re-reads about 800 tokens at its last turn. ``LeanPolicy`` keeps the KV cache of every row of
+   its previous call and, when a new prompt extends one of those rows (the next turn of the same
+   episode, or a budget branch forked from it), prefills only the new tokens. Identical prompts in
+   one call (the n samples of a task at the first turn) are prefilled once.
+2. *A growing cache and a dense padding mask.* ``DynamicCache`` concatenates every step and
+   attention builds a ``(B, 1, L, L)`` float mask; here each chunk gets one preallocated cache, rows
+   keep their own positions (no left padding) and the mask is a boolean ``key <= position``.
+3. *Python per row and step.* Stop strings are matched on decoded text only for rows whose new
+   token contains the last character of a stop string (the others cannot have completed one);
+   finished rows stay in the batch until at most half are left, then the cache is compacted once.
+
+Everything that decides the output is ``HFPolicy``'s own: the chunking of rows, the order in
+which rows are sampled and dropped, ``sample_next`` with the same generator, and the stop rules. So
+for the same seed the completions are those of ``HFPolicy`` token for token (up to float rounding in
+near-ties), and the logprobs agree to about 1e-6 (``tests/agents/testbed/test_decoding.py``).
+Other models (peft wrappers, other architectures, RoPE scaling) fall back to ``HFPolicy``'s loop.
+
+The prefix cache (and the fused weights) are rebuilt whenever a weight changes (checked at every
+call by parameter identity, version counters and a checksum of the values), so a trainer may
+update the model between calls.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from passkt.agents.hf import HFPolicy, _Row, completed_stop, sample_next
+from passkt.agents.policy import Completion, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+PREFILL_SCORES = 2**24
+"""Most attention scores (rows x heads x new tokens x keys) one prefill forward may hold."""
+
+
+def lean_supported(model: Any) -> str | None:
+    """Why ``model`` cannot use the lean loop, or None if it can."""
+    name = type(model).__name__
+    if name not in SUPPORTED_ARCHITECTURES:
+        return f"{name} is not one of {SUPPORTED_ARCHITECTURES} (or is wrapped, e.g. by peft)"
+    config = model.config
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        return f"RoPE type {rope.get('rope_type')!r} is not supported"
+    if getattr(config, "use_sliding_window", False) or getattr(config, "hidden_act", "") != "silu":
+        return "sliding-window attention or an activation other than SiLU"
+    return None
+
+
+def weights_version(model: Any) -> tuple[Any, ...]:
+    """Changes whenever a parameter changes: its identity, its version counter (in-place ops),
+    and a checksum of its values (fused optimizers and ``.data`` writes skip the counter)."""
+    import torch
+
+    params = list(model.parameters())
+    with torch.no_grad():
+        sums = torch.stack([torch.stack((p.sum(), p.abs().sum())) for p in params]).double()
+    ids = tuple(x for p in params for x in (id(p), p.data_ptr(), p._version))
+    return (*ids, *sums.flatten().tolist())
+
+
+# --------------------------------------------------------------------------- the forward pass
+
+
+def _rms(x: Any, weight: Any, eps: float) -> Any:
+    import torch
+
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+def _rotate(x: Any, cos: Any, sin: Any) -> Any:
+    import torch
+
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _fused(*linears: Any) -> tuple[Any, Any]:
+    """One weight (and bias) for several linear layers applied to the same input."""
+    import torch
+
+    weight = torch.cat([m.weight for m in linears], dim=0)
+    if all(m.bias is None for m in linears):
+        return weight, None
+    biases = [m.bias if m.bias is not None else weight.new_zeros(m.out_features) for m in linears]
+    return weight, torch.cat(biases)
+
+
+def _attention(q: Any, k: Any, v: Any, mask: Any) -> Any:
+    """Grouped-query attention ``(B, H, S, D)`` over ``k, v (B, G, keys, D)``, additive mask.
+
+    One new token per row (decoding) reads the cache once per group with a small matmul, which
+    is faster on a CPU than the fused kernel's blocked path; longer inputs use the fused kernel.
+    """
+    import torch.nn.functional as F
+
+    B, H, S, D = q.shape
+    G = k.shape[1]
+    if S > 1:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    grouped = q.reshape(B, G, H // G, D)  # heads of a group share their keys and values
+    scores = grouped @ k.transpose(-1, -2) * D**-0.5 + mask[:, :, 0, None, :]  # (B, G, H/G, keys)
+    return (scores.softmax(dim=-1) @ v).reshape(B, H, 1, D)
+
+
+@dataclass
+class _Layer:
+    ln1: Any
+    qkv: tuple[Any, Any]
+    out: tuple[Any, Any]
+    ln2: Any
+    gate_up: tuple[Any, Any]
+    down: tuple[Any, Any]
+
+
+class _Net:
+    """A model's weights laid out for a lean forward pass over a preallocated KV cache."""
+
+    def __init__(self, model: Any) -> None:
+
+        config, inner = model.config, model.model
+        attention = inner.layers[0].self_attn
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = attention.head_dim
+        self.eps = config.rms_norm_eps
+        self.embed = inner.embed_tokens.weight
+        self.norm = inner.norm.weight
+        self.lm_head = model.lm_head.weight
+        self.device, self.dtype = self.embed.device, self.embed.dtype
+        rotary = inner.rotary_emb
+        self.inv_freq = rotary.inv_freq.float()
+        self.rope_scale = getattr(rotary, "attention_scaling", 1.0)
+        self._extend(config.max_position_embeddings)
+        self.layers = [
+            _Layer(
+                ln1=layer.input_layernorm.weight,
+                qkv=_fused(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
+                out=(layer.self_attn.o_proj.weight, layer.self_attn.o_proj.bias),
+                ln2=layer.post_attention_layernorm.weight,
+                gate_up=_fused(layer.mlp.gate_proj, layer.mlp.up_proj),
+                down=(layer.mlp.down_proj.weight, layer.mlp.down_proj.bias),
+            )
+            for layer in inner.layers
+        ]
+
+    def _extend(self, length: int) -> None:
+        """RoPE tables (as transformers computes them) and key indices for ``length`` positions."""
+        import torch
+
+        positions = torch.arange(length, device=self.device).float()
+        angles = positions[:, None] * self.inv_freq[None, :]  # (P, D/2)
+        angles = torch.cat((angles, angles), dim=-1)  # (P, D)
+        self.cos = (angles.cos() * self.rope_scale).to(self.dtype)
+        self.sin = (angles.sin() * self.rope_scale).to(self.dtype)
+        self.key_index = torch.arange(length, device=self.device)
+
+    def new_cache(self, rows: int, capacity: int) -> _Cache:
+        import torch
+
+        shape = (rows, self.kv_heads, capacity, self.head_dim)
+        zeros = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+        return _Cache(zeros, [torch.zeros_like(k) for k in zeros])
+
+    def forward(self, ids: Any, positions: Any, cache: _Cache, rows: Any = None) -> Any:
+        """Hidden states ``(B, S, d)`` of ``ids`` at ``positions``; their K/V go into ``cache``.
+
+        Batch row b is cache row ``rows[b]`` (default: b; then the cache has exactly B rows). It
+        attends to its cache slots ``0..positions[b, s]``: slots before the new tokens must hold
+        that row's earlier tokens (a prefill or a reused prefix).
+        """
+        import torch
+        import torch.nn.functional as F
+
+        B, S = ids.shape
+        H, G, D = self.heads, self.kv_heads, self.head_dim
+        keys = int(positions.max()) + 1
+        if keys > len(self.key_index):
+            self._extend(2 * keys)
+        cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]  # (B, S, 1, D)
+        visible = self.key_index[:keys][None, None, None, :] <= positions[:, None, :, None]
+        mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~visible, float("-inf"))  # (B, 1, S, keys), built once for all layers
+        slots = (torch.arange(B, device=self.device) if rows is None else rows)[:, None]  # (B, 1)
+        h = F.embedding(ids, self.embed)  # (B, S, d)
+        for layer, k_cache, v_cache in zip(self.layers, cache.k, cache.v, strict=True):
+            qkv = F.linear(_rms(h, layer.ln1, self.eps), *layer.qkv)  # (B, S, (H + 2G) D)
+            qk = _rotate(qkv[..., : (H + G) * D].view(B, S, H + G, D), cos, sin)
+            q = qk[:, :, :H].transpose(1, 2)  # (B, H, S, D)
+            k_cache[slots, :, positions] = qk[:, :, H:]  # slots (B, S) <- (B, S, G, D)
+            v_cache[slots, :, positions] = qkv[..., (H + G) * D :].view(B, S, G, D)
+            if rows is None:
+                k_all, v_all = k_cache[:, :, :keys], v_cache[:, :, :keys]  # (B, G, keys, D)
+            else:
+                k_all, v_all = k_cache[rows, :, :keys], v_cache[rows, :, :keys]
+            attended = _attention(q, k_all, v_all, mask)  # (B, H, S, D)
+            h = h + F.linear(attended.transpose(1, 2).reshape(B, S, H * D), *layer.out)
+            gate, up = F.linear(_rms(h, layer.ln2, self.eps), *layer.gate_up).chunk(2, dim=-1)
+            h = h + F.linear(F.silu(gate) * up, *layer.down)
+        return h
+
+    def logits(self, hidden: Any) -> Any:
+        """Next-token logits ``(B, V)`` (float32) from final hidden states ``(B, d)``."""
+        import torch.nn.functional as F
+
+        return F.linear(_rms(hidden, self.norm, self.eps), self.lm_head).float()
+
+
+@dataclass
+class _Cache:
+    """Per-layer key and value slots ``(rows, kv_heads, capacity, head_dim)``."""
+
+    k: list[Any]
+    v: list[Any]
+
+    def select(self, index: Any) -> _Cache:
+        return _Cache(
+            [t.index_select(0, index) for t in self.k], [t.index_select(0, index) for t in self.v]
+        )
+
+
+# --------------------------------------------------------------------------- the prefix store
+
+
+@dataclass
+class _Entry:
+    """The cached K/V of one finished row: slots ``0..len(ids)`` of ``cache`` row ``row``."""
+
+    ids: np.ndarray
+    cache: _Cache
+    row: int
+
+
+class _PrefixStore:
+    """The rows of one call, found again by the prompts of the next call that extend them."""
+
+    def __init__(self, version: tuple[Any, ...]) -> None:
+        self.version = version
+        self.entries: list[_Entry] = []
+        self._weights = np.zeros(0, dtype=np.uint64)
+        self._lengths = np.zeros(0, dtype=np.int64)
+        self._hashes = np.zeros(0, dtype=np.uint64)
+
+    def _prefix_hashes(self, ids: np.ndarray) -> np.ndarray:
+        """``h[i]``: a hash of ``ids[: i + 1]`` (random per-position weights, wrapping sums)."""
+        if len(self._weights) < len(ids):
+            rng = np.random.default_rng(len(ids))
+            self._weights = rng.integers(1, 2**63, size=2 * len(ids), dtype=np.uint64) | 1
+        with np.errstate(over="ignore"):
+            return np.cumsum(ids.astype(np.uint64) * self._weights[: len(ids)], dtype=np.uint64)
+
+    def add(self, ids: np.ndarray, cache: _Cache, row: int) -> None:
+        self.entries.append(_Entry(ids, cache, row))
+
+    def freeze(self) -> None:
+        """Index the entries (call once, after the last ``add``)."""
+        self._lengths = np.array([len(e.ids) for e in self.entries], dtype=np.int64)
+        self._hashes = np.array(
+            [self._prefix_hashes(e.ids)[-1] for e in self.entries], dtype=np.uint64
+        )
+
+    def longest_prefix(self, prompt: np.ndarray) -> _Entry | None:
+        """The entry whose ids are the longest prefix of ``prompt`` (None if none is)."""
+        if not self.entries:
+            return None
+        fits = np.flatnonzero(self._lengths <= len(prompt))
+        if not len(fits):
+            return None
+        hashes = self._prefix_hashes(prompt)
+        hits = fits[hashes[self._lengths[fits] - 1] == self._hashes[fits]]
+        for index in hits[np.argsort(-self._lengths[hits], kind="stable")]:
+            entry = self.entries[index]
+            if np.array_equal(entry.ids, prompt[: len(entry.ids)]):  # hashes can collide
+                return entry
+        return None
+
+
+def prefill_groups(new_lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Rows to prefill together: longest first, at most ``budget`` padded tokens per group, and
+    no row shorter than half the group's longest (so padding wastes at most half a group).
+
+    Returns:
+        Groups of row indices; each group's first row is its longest.
+    """
+    order = sorted(range(len(new_lengths)), key=lambda u: -new_lengths[u])
+    groups: list[list[int]] = []
+    for u in order:
+        group = groups[-1] if groups else None
+        if (
+            group is None
+            or (len(group) + 1) * new_lengths[group[0]] > budget
+            or 2 * new_lengths[u] < new_lengths[group[0]]
+        ):
+            groups.append([u])
+        else:
+            group.append(u)
+    return groups
+
+
+# --------------------------------------------------------------------------- the policy
+
+
+class LeanPolicy(HFPolicy):
+    """``HFPolicy`` with the lean decoding loop (same arguments, same outputs, much faster).
+
+    Example:
+        >>> policy = LeanPolicy("runs/testbed/base/model")  # doctest: +SKIP
+        >>> rollout(policy, "BridgeQA-v0", ids, n=64, budgets=(0, 1, 2, 3, 5))  # doctest: +SKIP
+
+    Args:
+        *args: As for ``HFPolicy``.
+        prefix_cache: Reuse the KV cache of the previous call's rows (on by default).
+        **kwargs: As for ``HFPolicy``.
+    """
+
+    def __init__(self, *args: Any, prefix_cache: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.prefix_cache = prefix_cache
+        self.fallback_reason = lean_supported(self.model)
+        if self.fallback_reason is not None:
+            logger.info("LeanPolicy uses HFPolicy's loop: %s", self.fallback_reason)
+        self._net: _Net | None = None
+        self._store: _PrefixStore | None = None
+        self._stop_chars: dict[tuple[str, ...], Any] = {}
+        self.reused_tokens = 0
+        """Prompt tokens taken from the prefix cache instead of being prefilled (a counter)."""
+        self.prefilled_tokens = 0
+        """Prompt tokens run through the model (a counter)."""
+
+    def generate_ids(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[Completion]:
+        """As ``HFPolicy.generate_ids``; see the module docstring for what is faster."""
+        if self.fallback_reason is not None:
+            return super().generate_ids(prompts, params)
+        torch = self._torch
+        for i, prompt in enumerate(prompts):
+            if len(prompt) == 0:
+                raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+        generator = torch.Generator(device=self.device)
+        if params.seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(params.seed)
+        version = weights_version(self.model)
+        if self._net is None or self._store is None or self._store.version != version:
+            self._net, self._store = _Net(self.model), _PrefixStore(version)
+        store = _PrefixStore(version)
+        per_chunk = max(1, self.batch_size // params.n)
+        rows: list[_Row] = []
+        with torch.inference_mode():
+            for start in range(0, len(prompts), per_chunk):
+                chunk = [list(p) for p in prompts[start : start + per_chunk]]
+                rows.extend(self._lean_chunk(chunk, params, generator, store))
+        store.freeze()
+        self._store = store if self.prefix_cache else _PrefixStore(version)
+        return [
+            Completion(
+                text=self.decode(row.ids),
+                token_ids=tuple(row.ids),
+                logprobs=tuple(row.logprobs),
+                finish_reason="length" if row.finish_reason == "length" else "stop",
+            )
+            for row in rows
+        ]
+
+    # ------------------------------------------------------------------ internals
+
+    def _reuse(self, prompts: list[tuple[int, ...]], cache: _Cache) -> list[int]:
+        """Copy each prompt's longest stored prefix into its cache row; return their lengths.
+
+        At least the prompt's last token is left to prefill (its logits start the decoding).
+        """
+        assert self._store is not None
+        starts = []
+        for u, prompt in enumerate(prompts):
+            entry = self._store.longest_prefix(np.asarray(prompt, dtype=np.int64))
+            start = 0 if entry is None else min(len(entry.ids), len(prompt) - 1)
+            if start:
+                pairs = zip((*cache.k, *cache.v), (*entry.cache.k, *entry.cache.v), strict=True)
+                for dst, src in pairs:
+                    dst[u, :, :start] = src[entry.row, :, :start]
+            starts.append(start)
+        self.reused_tokens += sum(starts)
+        self.prefilled_tokens += sum(len(p) for p in prompts) - sum(starts)
+        return starts
+
+    def _lean_prefill(self, prompts: list[tuple[int, ...]], capacity: int) -> tuple[_Cache, Any]:
+        """Fill a cache with ``prompts`` (reusing stored prefixes); return it and the logits."""
+        torch, net = self._torch, self._net
+        assert net is not None
+        cache = net.new_cache(len(prompts), capacity)
+        starts = self._reuse(prompts, cache)
+        logits = torch.empty((len(prompts), net.lm_head.shape[0]), device=net.device)
+        new_lengths = [len(p) - s for p, s in zip(prompts, starts, strict=True)]
+        for group in prefill_groups(new_lengths, PREFILL_SCORES // (net.heads * capacity)):
+            width = new_lengths[group[0]]
+            ids = torch.full((len(group), width), self.pad_token_id, dtype=torch.long)
+            positions = torch.empty((len(group), width), dtype=torch.long)
+            for g, u in enumerate(group):
+                ids[g, : new_lengths[u]] = torch.tensor(prompts[u][starts[u] :], dtype=torch.long)
+                # padding past a row's end writes junk into slots that decoding overwrites
+                # before reading them; clamped so it stays inside the cache
+                positions[g] = torch.arange(starts[u], starts[u] + width).clamp(max=capacity - 1)
+            index = torch.tensor(group, device=net.device)
+            hidden = net.forward(ids.to(net.device), positions.to(net.device), cache, index)
+            last = torch.tensor([new_lengths[u] - 1 for u in group])
+            logits[index] = net.logits(hidden[torch.arange(len(group)), last])
+        return cache, logits
+
+    def _may_stop(self, stops: tuple[str, ...]) -> Any:
+        """``(V,)`` bool: tokens whose text contains the last character of a stop string.
+
+        Only such a token can complete a stop string (its last character is in the newest token).
+        None when a stop string ends in a non-ASCII character (then every token is checked).
+        """
+        if stops not in self._stop_chars:
+            torch, size = self._torch, self._net.lm_head.shape[0]
+            ends = {s[-1] for s in stops}
+            if not all(c.isascii() for c in ends):
+                self._stop_chars[stops] = None
+            else:
+                texts = [self.decode([t]) for t in range(size)]
+                flags = [any(c in text for c in ends) for text in texts]
+                self._stop_chars[stops] = torch.tensor(flags, dtype=torch.bool)
+        return self._stop_chars[stops]
+
+    def _lean_chunk(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        generator: Any,
+        store: _PrefixStore,
+    ) -> list[_Row]:
+        """Decode ``len(prompts) * n`` rows exactly as ``HFPolicy._decode_chunk`` does."""
+        torch, net = self._torch, self._net
+        assert net is not None
+        row_prompts = [p for p in prompts for _ in range(params.n)]
+        unique: dict[tuple[int, ...], int] = {}
+        row_unique = [unique.setdefault(tuple(p), len(unique)) for p in row_prompts]
+        capacity = max(map(len, row_prompts)) + params.max_new_tokens
+        cache, logits = self._lean_prefill(list(unique), capacity)
+        if row_unique != list(range(len(unique))):
+            index = torch.tensor(row_unique, device=net.device)
+            cache, logits = cache.select(index), logits[index]
+        may_stop = self._may_stop(tuple(params.stop)) if params.stop else None
+        rows = [_Row([], []) for _ in row_prompts]
+        live = list(range(len(rows)))  # rows still decoding, in order
+        slot = list(range(len(rows)))  # their cache rows
+        filled = torch.tensor([len(p) for p in row_prompts])  # tokens in each cache row
+        for step in range(params.max_new_tokens):
+            everyone = len(live) == cache.k[0].shape[0]
+            picked = logits if everyone else logits[torch.tensor(slot)]
+            tokens, logprobs = sample_next(picked, params, generator)  # (B,), (B,)
+            check = None if may_stop is None else may_stop[tokens].tolist()
+            keep = []
+            for b, (token, logprob) in enumerate(
+                zip(tokens.tolist(), logprobs.tolist(), strict=True)
+            ):
+                row = rows[live[b]]
+                row.finish_reason = self._append_row(row, token, logprob, params.stop, check, b)
+                if row.finish_reason is None:
+                    keep.append(b)
+                else:
+                    self._retire(store, cache, slot[b], row_prompts[live[b]], row, filled)
+            if not keep or step == params.max_new_tokens - 1:
+                break
+            live, slot, tokens = [live[b] for b in keep], [slot[b] for b in keep], tokens[keep]
+            if 2 * len(live) <= cache.k[0].shape[0]:  # compact: drop the finished rows' slots
+                index = torch.tensor(slot)
+                cache, filled, slot = cache.select(index), filled[index], list(range(len(live)))
+            ids = torch.full((cache.k[0].shape[0], 1), self.pad_token_id, dtype=torch.long)
+            where = torch.tensor(slot)
+            ids[where, 0] = tokens
+            # finished rows still in the cache write at their first free slot: no harm done
+            hidden = net.forward(ids.to(net.device), filled[:, None].to(net.device), cache)
+            logits = net.logits(hidden[:, -1])
+            filled[where] += 1
+        for b, r in enumerate(live):
+            rows[r].finish_reason = rows[r].finish_reason or "length"
+            if rows[r].finish_reason == "length":
+                self._retire(store, cache, slot[b], row_prompts[r], rows[r], filled)
+        return rows
+
+    def _append_row(
+        self,
+        row: _Row,
+        token: int,
+        logprob: float,
+        stops: Sequence[str],
+        check: list[bool] | None,
+        b: int,
+    ) -> str | None:
+        """``HFPolicy._append``, skipping the text match for tokens that cannot end a stop."""
+        if token in self.eos_token_ids:
+            return "stop"
+        row.ids.append(token)
+        row.logprobs.append(logprob)
+        text_check = stops and (check is None or check[b])
+        if text_check and completed_stop(self.decode, row.ids, stops) is not None:
+            return "stop"
+        return None
+
+    def _retire(
+        self,
+        store: _PrefixStore,
+        cache: _Cache,
+        slot: int,
+        prompt: list[int],
+        row: _Row,
+        filled: Any,
+    ) -> None:
+        """Keep a finished row's K/V for the next call (the tokens it has run through)."""
+        if not self.prefix_cache:
+            return
+        count = int(filled[slot])
+        ids = np.asarray((prompt + row.ids)[:count], dtype=np.int64)
+        store.add(ids, cache, slot)

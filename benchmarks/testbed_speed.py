@@ -1,0 +1,270 @@
+"""Speed of the testbed's models: where decoding time goes, and what the whole experiment costs.
+
+Three measurements on one checkpoint (a pretrained testbed base, ``passkt testbed pretrain``):
+
+1. ``generate_ids`` throughput of ``HFPolicy`` and ``LeanPolicy`` on synthetic prompts: prefill
+   tokens/s and decoding tokens/s at several batch sizes and prompt lengths, with no stop strings
+   and no end-of-sequence token (every row decodes ``--new-tokens`` tokens).
+2. One evaluation chunk per category as the evaluator runs it (``--tasks`` tasks x n = 64,
+   T in 0,1,2,3,5 with prefix sharing; math at T = 0): generated and prefilled tokens per sample
+   and seconds per sample, for ``LeanPolicy`` (and ``HFPolicy`` on a smaller chunk), then scaled
+   to one evaluation of 100 problems x 64 samples.
+3. The time budget of the matched-data experiment from those figures and two more: the training
+   step's tokens/s, and the cost of GRPO rollouts (G = 8, T_train = 5, no branches) on training
+   tasks (see ``benchmarks/README.md``).
+
+    python benchmarks/testbed_speed.py --model runs/testbed/base/model
+    python benchmarks/testbed_speed.py --model runs/testbed/base/model --quick --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+
+from passkt.agents.hf import HFPolicy
+from passkt.agents.policy import SamplingParams
+from passkt.agents.rollout import rollout
+from passkt.agents.testbed.decoding import LeanPolicy
+
+EVAL_TASKS, EVAL_N = 100, 64
+BUDGETS = (0, 1, 2, 3, 5)
+CATEGORIES = (
+    ("BridgeQA-v0", BUDGETS, "bridge (hops 2, 3)"),
+    ("ComparisonQA-v0", BUDGETS, "comparison"),
+    ("Math-v0", (0,), "math"),
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", default="runs/testbed/base/model", help="a testbed checkpoint")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--tasks", type=int, default=4, help="tasks per evaluation chunk (n = 64)")
+    p.add_argument("--hf-tasks", type=int, default=1, help="tasks of HFPolicy's chunk (slow)")
+    p.add_argument("--new-tokens", type=int, default=16, help="decoded tokens in part 1")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="per turn, in part 2")
+    p.add_argument("--quick", action="store_true", help="fewer settings in part 1")
+    p.add_argument("--grpo-tasks", type=int, default=32, help="training tasks x G = 8, part 3")
+    p.add_argument(
+        "--pretrain-minutes", type=float, default=8.5, help="measured pretraining time (part 3)"
+    )
+    return p
+
+
+class CountingHFPolicy(HFPolicy):
+    """``HFPolicy`` that counts the prompt tokens it runs through the model (all of them)."""
+
+    prefilled_tokens = 0
+
+    def generate_ids(self, prompts, params):  # type: ignore[no-untyped-def]
+        self.prefilled_tokens += sum(len(p) for p in prompts) * params.n
+        return super().generate_ids(prompts, params)
+
+
+def _no_eos(policy: HFPolicy) -> HFPolicy:
+    """Every row decodes exactly ``max_new_tokens`` tokens (a throughput probe, not a policy)."""
+    policy.eos_token_ids = frozenset()
+    return policy
+
+
+def _timed(policy: HFPolicy, prompts: list[list[int]], params: SamplingParams) -> float:
+    started = time.perf_counter()
+    policy.generate_ids(prompts, params)
+    return time.perf_counter() - started
+
+
+def generate_ids_table(model_dir: Path, new_tokens: int, quick: bool) -> list[str]:
+    """Part 1: prefill and decoding tokens/s of both policies."""
+    rows = [
+        "| policy | batch | prompt tokens | prefill tok/s | decode tok/s |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    settings = [(64, 300), (256, 300), (256, 800)] if quick else [
+        (64, 300), (256, 300), (512, 300), (64, 800), (256, 800), (512, 800)
+    ]  # fmt: skip
+    generator = torch.Generator().manual_seed(0)
+    for name, cls in (("HFPolicy", HFPolicy), ("LeanPolicy", LeanPolicy)):
+        for batch, length in settings:
+            if cls is HFPolicy and batch * length > 256 * 800:
+                continue  # minutes per call
+            policy = _no_eos(cls(model_dir, batch_size=batch))
+            vocab = len(policy.tokenizer)
+            prompts = torch.randint(20, vocab, (batch, length), generator=generator).tolist()
+            prefill = _timed(policy, prompts, SamplingParams(max_new_tokens=1, stop=(), seed=0))
+            policy = _no_eos(cls(model_dir, batch_size=batch))  # a fresh prefix cache
+            total = _timed(
+                policy, prompts, SamplingParams(max_new_tokens=new_tokens, stop=(), seed=0)
+            )
+            decode = batch * (new_tokens - 1) / max(total - prefill, 1e-9)
+            rows.append(
+                f"| {name} | {batch} | {length} | {batch * length / prefill:,.0f} | {decode:,.0f} |"
+            )
+            print(rows[-1], flush=True)
+    return rows
+
+
+def chunk_costs(model_dir: Path, tasks: int, hf_tasks: int, max_new_tokens: int) -> dict:
+    """Part 2: one evaluation chunk per category, both policies; costs per sample."""
+    import gymnasium as gym
+
+    import passkt.envs  # noqa: F401
+
+    params = SamplingParams(max_new_tokens=max_new_tokens)
+    out: dict = {}
+    for env_id, budgets, label in CATEGORIES:
+        env = gym.make(env_id, max_tool_calls=budgets[-1], split="test")
+        ids = [t.task_id for t in env.unwrapped.tasks]
+        env.close()
+        for name, cls, count in (
+            ("LeanPolicy", LeanPolicy, tasks),
+            ("HFPolicy", CountingHFPolicy, hf_tasks),
+        ):
+            if count < 1:
+                continue
+            policy = cls(model_dir, batch_size=512)
+            started = time.perf_counter()
+            result = rollout(
+                policy, env_id, ids[:count], n=EVAL_N, budgets=budgets,
+                env_kwargs={"split": "test"}, params=params, seed=0,
+            )  # fmt: skip
+            seconds = time.perf_counter() - started
+            samples = count * EVAL_N
+            prefilled = getattr(policy, "prefilled_tokens", None)
+            out[label, name] = {
+                "samples": samples,
+                "seconds/sample": seconds / samples,
+                "generated/sample": result.stats.generated_tokens / samples,
+                "prefilled/sample": None if prefilled is None else prefilled / samples,
+                "policy calls": result.stats.policy_calls,
+                "eval minutes": seconds / samples * EVAL_TASKS * EVAL_N / 60,
+            }
+            print(
+                label,
+                name,
+                {
+                    k: round(v, 4) if isinstance(v, float) else v
+                    for k, v in out[label, name].items()
+                },
+                flush=True,
+            )
+    return out
+
+
+def train_throughput(model_dir: Path, micro_batch: int = 4, length: int = 1024) -> float:
+    """Tokens/s of a training step (forward, backward, AdamW) on ``micro_batch x length``."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    ids = torch.randint(20, model.config.vocab_size, (micro_batch, length))
+    times = []
+    for _ in range(4):
+        started = time.perf_counter()
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.perf_counter() - started)
+    return micro_batch * length / min(times[1:])
+
+
+def grpo_rollout_costs(model_dir: Path, tasks: int, max_new_tokens: int) -> dict:
+    """Seconds and tokens per GRPO episode (G = 8, T_train = 5, no budget branches)."""
+    import gymnasium as gym
+
+    import passkt.envs  # noqa: F401
+
+    out = {}
+    for env_id, budgets, label in CATEGORIES:
+        env = gym.make(env_id, max_tool_calls=budgets[-1], split="train")
+        ids = [t.task_id for t in env.unwrapped.tasks[:tasks]]
+        env.close()
+        policy = LeanPolicy(model_dir, batch_size=512)
+        started = time.perf_counter()
+        result = rollout(
+            policy, env_id, ids, n=8, budgets=(budgets[-1],), env_kwargs={"split": "train"},
+            params=SamplingParams(max_new_tokens=max_new_tokens), seed=1,
+        )  # fmt: skip
+        episodes = len(result.episodes)
+        out[label] = {
+            "seconds/episode": (time.perf_counter() - started) / episodes,
+            "tokens/episode": sum(len(e.token_ids) for e in result.episodes) / episodes,
+        }
+        print("GRPO rollout", label, out[label], flush=True)
+    return out
+
+
+def budget_table(evals: dict, grpo: dict, train_tps: float, pretrain_minutes: float) -> list[str]:
+    """Part 3: minutes per stage of the whole experiment on one core (see the README)."""
+    seeds, problems, group, epochs = 3, 200, 8, 10
+    rows = ["| stage | count | work | minutes (1 core) |", "|---|---:|---|---:|"]
+    rows.append(f"| pretrain base | 1 | 12.3M tokens + corpus | {pretrain_minutes:.1f} |")
+    total = pretrain_minutes
+    for label in ("bridge (hops 2, 3)", "comparison", "math"):
+        c = evals[label, "LeanPolicy"]
+        minutes = 7 * c["eval minutes"]
+        rows.append(
+            f"| evaluate {label} | 7 (base, 3 SFT, 3 RL) | 6,400 samples x "
+            f"{c['generated/sample']:.0f} generated + {c['prefilled/sample']:.0f} prefilled tok "
+            f"| {minutes:.1f} |"
+        )
+        total += minutes
+    for label in ("bridge (hops 2, 3)", "comparison", "math"):
+        g = grpo[label]
+        episodes = problems * group * epochs
+        roll = episodes * g["seconds/episode"] / 60
+        # fwd+bwd on every episode, plus one forward (about a third) for the old logprobs
+        train = episodes * g["tokens/episode"] / train_tps * (4 / 3) / 60
+        rows.append(
+            f"| GRPO {label} | {seeds} | {episodes:,} episodes x {g['tokens/episode']:.0f} tok: "
+            f"rollout {roll:.1f} + train {train:.1f} min each | {seeds * (roll + train):.1f} |"
+        )
+        sft = problems * epochs * g["tokens/episode"] / train_tps / 60
+        rows.append(
+            f"| SFT {label} | {seeds} | {problems} expert episodes x {epochs} epochs "
+            f"| {seeds * sft:.1f} |"
+        )
+        total += seeds * (roll + train + sft)
+    rows.append(f"| **total** | | | **{total:.0f}** (about {total / 2:.0f} on 2 cores) |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model_dir = Path(args.model)
+    if not (model_dir / "config.json").is_file():
+        raise SystemExit(
+            f"{model_dir} is not a checkpoint folder; make one with "
+            "`passkt testbed pretrain --out runs/testbed/base` and pass "
+            "--model runs/testbed/base/model"
+        )
+    print(f"## generate_ids ({args.threads} thread(s), {args.new_tokens} new tokens per row)\n")
+    generate_ids_table(model_dir, args.new_tokens, args.quick)
+    print(f"\n## one evaluation chunk per category (n = {EVAL_N}, scaled to {EVAL_TASKS} tasks)\n")
+    costs = chunk_costs(model_dir, args.tasks, args.hf_tasks, args.max_new_tokens)
+    print(
+        "\n| category | policy | generated tok/sample | prefilled tok/sample | s/sample "
+        "| minutes per evaluation |"
+    )
+    print("|---|---|---:|---:|---:|---:|")
+    for (label, name), c in costs.items():
+        prefilled = "-" if c["prefilled/sample"] is None else f"{c['prefilled/sample']:.0f}"
+        print(
+            f"| {label} | {name} | {c['generated/sample']:.1f} | {prefilled} | "
+            f"{c['seconds/sample']:.4f} | {c['eval minutes']:.1f} |"
+        )
+    print("\n## the matched-data experiment (3 categories x base/SFT/RL x 3 seeds)\n")
+    tps = train_throughput(model_dir)
+    print(f"training step: {tps:,.0f} tokens/s (forward, backward, AdamW; 4 x 1024 tokens)")
+    grpo = grpo_rollout_costs(model_dir, args.grpo_tasks, args.max_new_tokens)
+    for line in budget_table(costs, grpo, tps, args.pretrain_minutes):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,107 @@
+"""The pretraining corpus: noisy but well-formed episodes on training tasks, plus paragraphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from passkt.agents.testbed.corpus import (
+    Corpus,
+    CorpusConfig,
+    NoisyAgentPolicy,
+    build_corpus,
+    malformed,
+    worked_solution,
+)
+from passkt.envs.protocol import parse_action
+from passkt.envs.sources import synthetic
+
+
+@pytest.fixture(scope="module")
+def small_corpus(testbed_tokenizer) -> Corpus:
+    config = CorpusConfig(episodes_per_category=40, tasks_per_category=50, paragraph_repeats=1)
+    return build_corpus(config, testbed_tokenizer)
+
+
+def test_worked_solutions_are_right_without_errors_and_wrong_with_them():
+    tasks = synthetic.load_tasks("math", "train", num_tasks=50)
+    rng = np.random.default_rng(0)
+    for task in tasks:
+        text = worked_solution(task, rng, error_rate=0.0)
+        action = parse_action(text)
+        assert action.kind == "answer" and action.content == task.answer
+        assert text.count("=") == len(task.metadata["steps"])
+    wrong = [parse_action(worked_solution(t, rng, 1.0)).content != t.answer for t in tasks]
+    assert sum(wrong) >= 45  # every step is off (a later step may rarely undo it)
+
+
+def test_malformed_actions_are_invalid_but_end_in_a_stop_string():
+    rng = np.random.default_rng(1)
+    for action in ("<search>Gafa Radu</search>", "<answer>1898</answer>") * 10:
+        broken = malformed(action, rng)
+        assert parse_action(broken).kind == "invalid"
+        assert broken.endswith(("</search>", "</answer>"))
+
+
+def test_guided_agent_only_searches_names_it_has_seen():
+    tasks = synthetic.load_tasks("bridge", "train", num_tasks=5, hops=3)
+    task = tasks[0]
+    policy = NoisyAgentPolicy(tasks, guided=1.0, invalid_rate=0.0)
+    rng = np.random.default_rng(0)
+    conversation = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": task.question},
+    ]
+    assert policy.act(conversation, rng) == f"<search>{task.gold_queries[0]}</search>"
+    # the second hop's name is unknown until the first paragraph is read: a heuristic turn
+    conversation += [{"role": "assistant", "content": f"<search>{task.gold_queries[0]}</search>"}]
+    conversation += [{"role": "user", "content": "<information>No documents found.</information>"}]
+    assert policy.act(conversation, rng) != f"<search>{task.gold_queries[1]}</search>"
+
+
+def test_corpus_holds_training_episodes_of_every_category(small_corpus, testbed_tokenizer):
+    stats = small_corpus.stats
+    assert set(stats["categories"]) == {"bridge", "comparison", "math"}
+    for category in stats["categories"].values():
+        assert category["episodes"] >= 40
+        assert 0.0 < category["success_rate"] < 1.0  # noisy: neither hopeless nor expert
+    end = testbed_tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    ends = small_corpus.tokens[small_corpus.starts[1:] - 1]
+    assert (ends == end).all() and (small_corpus.tokens == end).sum() == small_corpus.num_documents
+    text = testbed_tokenizer.decode(small_corpus.tokens[: small_corpus.starts[1]].tolist())
+    assert text.startswith("<|im_start|>system\nYou answer questions")
+    assert "<|im_start|>assistant\n<" in text
+
+
+def test_assistant_mask_covers_exactly_the_agents_turns(small_corpus, testbed_tokenizer):
+    first = slice(small_corpus.starts[0], small_corpus.starts[1])
+    ids, mask = small_corpus.tokens[first], small_corpus.assistant[first]
+    agent = testbed_tokenizer.decode(ids[mask].tolist())
+    assert agent.startswith(("<search>", "<answer>")) and "<|im_start|>" not in agent
+    assert "<information>" not in agent and "You answer" not in agent
+    paragraphs = slice(small_corpus.starts[-2], small_corpus.starts[-1])
+    assert not small_corpus.assistant[paragraphs].any()
+
+
+def test_no_test_question_and_no_reserved_task_in_the_corpus(small_corpus, testbed_tokenizer):
+    text = testbed_tokenizer.decode(small_corpus.tokens.tolist())
+    for task in synthetic.load_tasks("comparison", "test", num_tasks=30):
+        assert task.question not in text
+    for task in synthetic.load_tasks("comparison", "train", num_tasks=30):  # reserved (200)
+        assert task.question not in text
+
+
+def test_corpus_saves_and_loads(small_corpus, tmp_path):
+    loaded = Corpus.load(small_corpus.save(tmp_path / "c.npz"))
+    assert np.array_equal(loaded.tokens, small_corpus.tokens)
+    assert np.array_equal(loaded.assistant, small_corpus.assistant)
+    assert loaded.stats == small_corpus.stats
+
+
+def test_corpus_config_is_validated():
+    with pytest.raises(ValueError, match="must lie in"):
+        CorpusConfig(guided_rates=(0.5, 1.5))
+    with pytest.raises(ValueError, match="episodes_per_category must be >= 1"):
+        CorpusConfig(episodes_per_category=0)
+    with pytest.raises(ValueError, match="budgets must be non-negative"):
+        CorpusConfig(budgets=(-1,))
