@@ -8,6 +8,7 @@ Qwen2 models: the same completions, several times faster; see ``passkt.agents.te
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -83,3 +84,71 @@ def load_policy(spec: str, *, tasks: Iterable[Task] | None = None, **options: An
 
         policy = HeuristicPolicy(**options)
     return policy
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas that are not inside brackets, braces or quotes."""
+    parts, depth, quote, current = [], 0, "", []
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return [p for p in (part.strip() for part in parts) if p]
+
+
+def _parse_value(text: str) -> Any:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    try:
+        return json.loads(text)  # ints, floats, lists, objects, "quoted strings"
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_env_kwargs(text: str | None) -> dict[str, Any]:
+    """Parse ``--env-kwargs``: ``k=v,k=v`` (ints, floats, true/false, none, JSON lists) or JSON.
+
+    Examples: ``hops=3,reveal_budget=true``, ``source=hotpotqa,path=data/dev.json``,
+    ``{"hops": 3, "top_k": 5}``.
+
+    Raises:
+        ValueError: naming the bad item and the expected syntax.
+    """
+    if text is None or not text.strip():
+        return {}
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--env-kwargs is not valid JSON ({e}): {text!r}") from e
+        if not isinstance(value, dict):
+            raise ValueError(f"--env-kwargs JSON must be an object, got {text!r}")
+        return value
+    out: dict[str, Any] = {}
+    for item in _split_top_level(text):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ValueError(
+                f"bad --env-kwargs item {item!r}: expected key=value pairs separated by commas, "
+                'e.g. --env-kwargs hops=3,reveal_budget=true (or a JSON object {"hops": 3})'
+            )
+        if key in out:
+            raise ValueError(f"--env-kwargs gives {key!r} twice")
+        out[key] = _parse_value(raw.strip())
+    return out

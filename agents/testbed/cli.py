@@ -8,17 +8,15 @@ Every field of ``PretrainConfig`` is a flag (``episodes_per_category`` ->
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
-import inspect
-import itertools
 import json
 import sys
-import textwrap
 import typing
 from typing import Any, Literal
 
 from passkt.agents.testbed.pretrain import PretrainConfig
+from passkt.agents.train.cli import _converter as train_converter
+from passkt.agents.train.config import field_docs
 
 EXAMPLES = """\
 examples:
@@ -31,44 +29,12 @@ examples:
 _RENAMED = {"output_dir": "--out"}
 
 
-def field_docs(cls: type) -> dict[str, str]:
-    """Each dataclass field's docstring (the string literal under it in the class body)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs = {}
-    for node, after in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(after.value.value.split())
-    return docs
-
-
 def _converter(kind: Any, name: str) -> Any:
-    """A string -> value function for a field type (``int``, ``float | None``, tuples ...)."""
-    args = [a for a in typing.get_args(kind) if a is not type(None)]
-    optional = type(None) in typing.get_args(kind)
-    base = args[0] if optional and args else kind
-    if typing.get_origin(base) is tuple:
-        item = typing.get_args(base)[0]
+    """``passkt train``'s flag converter, except that tuple items get the field's item type."""
+    if typing.get_origin(kind) is tuple:
+        item = typing.get_args(kind)[0]
         return lambda text: tuple(item(part) for part in text.split(",") if part.strip())
-
-    def convert(text: str) -> Any:
-        if optional and text.lower() in ("none", "null"):
-            return None
-        try:
-            return base(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"--{name.replace('_', '-')} expects {getattr(base, '__name__', base)}, "
-                f"got {text!r}"
-            ) from None
-
-    return convert
+    return train_converter(kind, name)
 
 
 def add_parser(subparsers: Any) -> None:

@@ -17,6 +17,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
+from passkt.agents.specs import parse_env_kwargs
 from passkt.agents.train.config import GRPOConfig, SFTConfig, TrainConfig, field_docs
 
 _RENAMED = {"env_id": "--env", "output_dir": "--out"}
@@ -124,40 +125,11 @@ def _converter(kind: Any, name: str) -> Any:
 
 
 def parse_kwargs(text: str) -> dict[str, Any]:
-    """``k=v,k=v`` (numbers, true/false, none, JSON values) or a JSON object, as ``passkt eval``."""
-    text = text.strip()
-    if not text:
-        return {}
-    if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise argparse.ArgumentTypeError(f"--env-kwargs is not valid JSON ({e})") from e
-        if not isinstance(value, dict):
-            raise argparse.ArgumentTypeError("--env-kwargs JSON must be an object")
-        return value
-    out: dict[str, Any] = {}
-    for item in (part.strip() for part in text.split(",")):
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip().isidentifier():
-            raise argparse.ArgumentTypeError(
-                f"bad --env-kwargs item {item!r}: expected k=v pairs separated by commas, "
-                "e.g. source=hotpotqa,path=dev.json (or a JSON object)"
-            )
-        out[key.strip()] = _value(raw.strip())
-    return out
-
-
-def _value(text: str) -> Any:
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
+    """``--env-kwargs`` exactly as ``passkt eval`` reads it (``specs.parse_env_kwargs``)."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+        return parse_env_kwargs(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

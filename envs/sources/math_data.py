@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from passkt.envs.errors import DatasetFormatError
@@ -47,16 +47,79 @@ def _check_category(category: str, source: str) -> None:
         )
 
 
-def _select(
-    records: Iterator[tuple[str, Any]],
-    make_task: Callable[[int, str, Any], Task],
-    *,
-    origin: str,
+_MakeTask = Callable[[int, tuple[str, str], dict[str, Any], str], Task]
+"""``(index, (origin, label), record, split) -> Task``; raises ``DatasetFormatError``."""
+
+
+def _math500_task(index: int, where: tuple[str, str], record: dict[str, Any], split: str) -> Task:
+    origin, label = where
+    if "unique_id" in record:
+        task_id = require(record, "unique_id", str, where)
+        where = (origin, f"{label} (unique_id {task_id!r})")
+    else:
+        task_id = f"math500-{index}"
+    answer = require(record, "answer", str, where)
+    if not answer.strip():
+        raise DatasetFormatError(*where, "answer", "empty answer")
+    return Task(
+        task_id=task_id,
+        category="math",
+        question=require(record, "problem", str, where),
+        answer=answer,
+        answer_type="math",
+        source="math500",
+        split=split,
+        metadata={key: record[key] for key in ("subject", "level", "solution") if key in record},
+    )
+
+
+def _gsm8k_task(index: int, where: tuple[str, str], record: dict[str, Any], split: str) -> Task:
+    question = require(record, "question", str, where)
+    solution, marker, final = require(record, "answer", str, where).rpartition("####")
+    number = final.strip().replace(",", "")
+    if not marker or not _GSM8K_NUMBER.fullmatch(number):
+        found = f"after '####' found {final.strip()[:40]!r}" if marker else "no '####' found"
+        raise DatasetFormatError(
+            *where, "answer", f"expected the answer to end with '#### <number>'; {found}"
+        )
+    return Task(
+        task_id=f"gsm8k-{index}",
+        category="math",
+        question=question,
+        answer=number,
+        answer_type="number",
+        source="gsm8k",
+        split=split,
+        metadata={"solution": solution.strip()},
+    )
+
+
+_SOURCES: dict[str, tuple[str, _MakeTask]] = {
+    "math500": (_MATH500_HINT, _math500_task),
+    "gsm8k": (_GSM8K_HINT, _gsm8k_task),
+}
+"""Source name -> (where to get the data, the record -> task function)."""
+
+
+def _load(
+    source: str,
+    category: str,
     split: str,
+    path: str | os.PathLike[str] | None,
+    dataset: str | None,
+    hf_config: str | None,
+    hf_split: str,
     test_fraction: float,
     limit: int | None,
 ) -> list[Task]:
-    """Build tasks from records, keep those of ``split``, stop at ``limit``; ids must be unique."""
+    """Check the options, read the records (a file or the hub) and build the tasks of ``split``.
+
+    Each loader is this with its own ``_SOURCES`` entry. Stops at ``limit`` tasks; ids are unique.
+    """
+    hint, make_task = _SOURCES[source]
+    _check_category(category, source)
+    check_split_options(split, test_fraction, limit)
+    origin, records = records_from(path, dataset, hf_config=hf_config, hf_split=hf_split, hint=hint)
     tasks: list[Task] = []
     seen: dict[str, str] = {}
     for index, (label, record) in enumerate(records):
@@ -64,7 +127,7 @@ def _select(
             raise DatasetFormatError(
                 origin, label, "(record)", f"expected a JSON object, got {type(record).__name__}"
             )
-        task = make_task(index, label, record)
+        task = make_task(index, (origin, label), record, split)
         if task.task_id in seen:
             raise DatasetFormatError(
                 origin,
@@ -116,37 +179,8 @@ def load_math500(
         FileNotFoundError: If ``path`` does not exist.
         DatasetFormatError: If a record is malformed (names the file, record and key).
     """
-    _check_category(category, "math500")
-    check_split_options(split, test_fraction, limit)
-    origin, records = records_from(
-        path, dataset, hf_config=hf_config, hf_split=hf_split, hint=_MATH500_HINT
-    )
-
-    def make_task(index: int, label: str, record: dict[str, Any]) -> Task:
-        where = (origin, label)
-        if "unique_id" in record:
-            task_id = require(record, "unique_id", str, where)
-            where = (origin, f"{label} (unique_id {task_id!r})")
-        else:
-            task_id = f"math500-{index}"
-        answer = require(record, "answer", str, where)
-        if not answer.strip():
-            raise DatasetFormatError(*where, "answer", "empty answer")
-        return Task(
-            task_id=task_id,
-            category="math",
-            question=require(record, "problem", str, where),
-            answer=answer,
-            answer_type="math",
-            source="math500",
-            split=split,
-            metadata={
-                key: record[key] for key in ("subject", "level", "solution") if key in record
-            },
-        )
-
-    return _select(
-        records, make_task, origin=origin, split=split, test_fraction=test_fraction, limit=limit
+    return _load(
+        "math500", category, split, path, dataset, hf_config, hf_split, test_fraction, limit
     )
 
 
@@ -184,33 +218,4 @@ def load_gsm8k(
         FileNotFoundError: If ``path`` does not exist.
         DatasetFormatError: If a record is malformed, e.g. an answer without ``#### <number>``.
     """
-    _check_category(category, "gsm8k")
-    check_split_options(split, test_fraction, limit)
-    origin, records = records_from(
-        path, dataset, hf_config=hf_config, hf_split=hf_split, hint=_GSM8K_HINT
-    )
-
-    def make_task(index: int, label: str, record: dict[str, Any]) -> Task:
-        where = (origin, label)
-        question = require(record, "question", str, where)
-        solution, marker, final = require(record, "answer", str, where).rpartition("####")
-        number = final.strip().replace(",", "")
-        if not marker or not _GSM8K_NUMBER.fullmatch(number):
-            found = f"after '####' found {final.strip()[:40]!r}" if marker else "no '####' found"
-            raise DatasetFormatError(
-                *where, "answer", f"expected the answer to end with '#### <number>'; {found}"
-            )
-        return Task(
-            task_id=f"gsm8k-{index}",
-            category="math",
-            question=question,
-            answer=number,
-            answer_type="number",
-            source="gsm8k",
-            split=split,
-            metadata={"solution": solution.strip()},
-        )
-
-    return _select(
-        records, make_task, origin=origin, split=split, test_fraction=test_fraction, limit=limit
-    )
+    return _load("gsm8k", category, split, path, dataset, hf_config, hf_split, test_fraction, limit)

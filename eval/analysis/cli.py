@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from passkt.eval.cli import _positive_int
+
 __all__ = ["add_parser"]
 
 EXAMPLES = """\
@@ -23,16 +25,6 @@ examples:
   passkt analyze diversity runs/base runs/rl runs/sft --names base,rl,sft --budget 5
       unique query sequences per problem; overlaps of rl and sft with base
 """
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _slug(text: str) -> str:

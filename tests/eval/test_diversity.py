@@ -17,8 +17,6 @@ from passkt.eval.analysis.diversity import (
     strategy_diversity,
 )
 
-SMALL = {"source_options": {"num_tasks": 40}}
-
 
 def record(task: str, *turns: str, sample: int = 0, budget: int = 3) -> dict:
     """A result record whose assistant turns are ``turns`` (observations in between)."""
@@ -134,28 +132,13 @@ def test_query_overlap_by_hand():
 # ---------------------------------------------------------------------- run directories and CLI
 
 
-def evaluate_heuristic(out: Path, seed: int) -> Path:
-    from passkt.eval.evaluate import evaluate
-
-    evaluate(
-        "BridgeQA-v0",
-        "scripted:heuristic",
-        env_kwargs=SMALL,
-        n=4,
-        budgets=(0, 2, 4),
-        limit=4,
-        out_dir=out,
-        progress=False,
-        policy_options={"seed": seed},
-        name=f"heuristic-{seed}",
-    )
-    return out
-
-
 @pytest.fixture(scope="module")
-def run_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("diversity-runs")
-    return evaluate_heuristic(root / "a", 0), evaluate_heuristic(root / "b", 1)
+def run_dirs(heuristic_run) -> tuple[Path, ...]:
+    """Two runs of the heuristic agent that differ only in its seed (0 and 1)."""
+    return tuple(
+        heuristic_run(f"heuristic-{seed}", policy_options={"seed": seed}, name=f"heuristic-{seed}")
+        for seed in (0, 1)
+    )
 
 
 def count_by_regex(run_dir: Path, budget: int) -> dict[str, int]:
@@ -184,23 +167,10 @@ def test_run_diversity_matches_an_independent_count(run_dirs):
     assert run_diversity(run_dirs[0], 2).budget == 2
 
 
-def run_cli(capsys, monkeypatch, *argv):
-    from passkt.eval import cli
-
-    # Until eval/cli.py points its `analyze` hook at this package.
-    monkeypatch.setitem(cli._PLUGINS, "analyze", ("passkt.eval.analysis.cli", "analyses"))
-    try:
-        code = cli.main(list(argv))
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_cli_diversity_end_to_end(run_dirs, tmp_path, capsys, monkeypatch):
+def test_cli_diversity_end_to_end(run_dirs, tmp_path, passkt_cli):
     a, b = map(str, run_dirs)
     argv = ["analyze", "diversity", a, a, b, "--names", "base,same,other", "--budget", "2"]
-    code, out, err = run_cli(capsys, monkeypatch, *argv, "--out", str(tmp_path))
+    code, out, err = passkt_cli(*argv, "--out", str(tmp_path))
     assert code == 0, err
     data = json.loads((tmp_path / "diversity-T2.json").read_text())
     assert data["budget"] == 2
@@ -211,8 +181,8 @@ def test_cli_diversity_end_to_end(run_dirs, tmp_path, capsys, monkeypatch):
     assert same["mean_jaccard"] == 1.0 and same["share_b_in_a"] == 1.0
     assert other["name_b"] == "other" and other["mean_jaccard"] < 1.0
     assert (tmp_path / "diversity-T2.md").read_text() in out
-    code, _, err = run_cli(capsys, monkeypatch, "analyze", "diversity", a, "--budget", "3")
+    code, _, err = passkt_cli("analyze", "diversity", a, "--budget", "3")
     assert code == 2 and err.startswith("passkt: error: ") and err.count("\n") == 1
     assert "no budget T=3" in err
-    code, _, err = run_cli(capsys, monkeypatch, "analyze", "diversity", a, b, "--names", "x")
+    code, _, err = passkt_cli("analyze", "diversity", a, b, "--names", "x")
     assert code == 2 and "--names gives 1 names for 2 runs" in err

@@ -30,8 +30,6 @@ from passkt.eval.analysis.segments import (  # noqa: E402
     trajectory_tokens,
 )
 
-SMALL = {"source_options": {"num_tasks": 40}}
-
 SYSTEM = "You answer questions. Search with <search>q</search>, answer with <answer>a</answer>."
 TURN_1 = "<think>I need the founder.</think>\n<search>Alder Vale founder</search>"
 OBSERVATION = (
@@ -64,25 +62,6 @@ def scorer(tiny_checkpoint: Path):
 
     model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32).eval()
     return model, AutoTokenizer.from_pretrained(tiny_checkpoint)
-
-
-@pytest.fixture(scope="session")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real run directory: the heuristic agent on synthetic BridgeQA, 4 tasks x n = 4."""
-    from passkt.eval.evaluate import evaluate
-
-    out = tmp_path_factory.mktemp("runs") / "heuristic"
-    evaluate(
-        "BridgeQA-v0",
-        "scripted:heuristic",
-        env_kwargs=SMALL,
-        n=4,
-        budgets=(0, 2, 4),
-        limit=4,
-        out_dir=out,
-        progress=False,
-    )
-    return out
 
 
 def read_records(run_dir: Path, budget: int) -> list[dict]:
@@ -378,23 +357,10 @@ def test_run_perplexity_errors_name_the_fix(run_dir, scorer):
 # ---------------------------------------------------------------------- command line
 
 
-def run_cli(capsys, monkeypatch, *argv):
-    from passkt.eval import cli
-
-    # Until eval/cli.py points its `analyze` hook at this package.
-    monkeypatch.setitem(cli._PLUGINS, "analyze", ("passkt.eval.analysis.cli", "analyses"))
-    try:
-        code = cli.main(list(argv))
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_cli_ppl_end_to_end(run_dir, tiny_checkpoint, tmp_path, capsys, monkeypatch):
+def test_cli_ppl_end_to_end(run_dir, tiny_checkpoint, tmp_path, passkt_cli):
     model = f"hf:{tiny_checkpoint}"
     argv = ["analyze", "ppl", str(run_dir), "--model", model, "--all", "--out", str(tmp_path)]
-    code, out, err = run_cli(capsys, monkeypatch, *argv, "--n-boot", "20")
+    code, out, err = passkt_cli(*argv, "--n-boot", "20")
     assert code == 0, err
     data = json.loads((tmp_path / "perplexity-qwen2-tiny-T4.json").read_text())
     markdown = (tmp_path / "perplexity-qwen2-tiny-T4.md").read_text()
@@ -404,8 +370,7 @@ def test_cli_ppl_end_to_end(run_dir, tiny_checkpoint, tmp_path, capsys, monkeypa
     assert counts["query"] > 0 and counts["answer"] > 0
     assert counts["all"] == sum(v for k, v in counts.items() if k != "all")
     assert "| query |" in out and markdown in out
-    code, _, err = run_cli(capsys, monkeypatch, "analyze", "ppl", str(run_dir), "--model", model,
-                           "--budget", "3")  # fmt: skip
+    code, _, err = passkt_cli("analyze", "ppl", str(run_dir), "--model", model, "--budget", "3")
     assert code == 2
     assert err.count("\n") == 1 and "passkt: error:" in err and "no budget T=3" in err
 

@@ -197,17 +197,28 @@ def test_several_iterations_clip_and_a_lora_reference_gives_kl(format_checkpoint
     assert metrics[-1]["kl"] > 0  # the adapter moved away from the base (the reference)
 
 
-def test_tensorboard_without_the_package_says_what_to_install(tmp_path):
-    import importlib.util
+def test_tensorboard_events_hold_the_logged_metrics(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from passkt.agents.train.common import MetricsLogger
 
-    if importlib.util.find_spec("tensorboard") is not None:
-        logger = MetricsLogger(tmp_path, enabled=True, tensorboard=True)
-        logger.log(1, {"reward/mean": 0.5})
-        logger.close()
-        assert (tmp_path / "tb").is_dir()
-        return
+    logger = MetricsLogger(tmp_path, enabled=True, tensorboard=True)
+    logger.log(1, {"reward/mean": 0.25})
+    logger.log(2, {"reward/mean": 0.75})
+    logger.close()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    scalars = events.Scalars("reward/mean")
+    assert [(e.step, e.value) for e in scalars] == [(1, 0.25), (2, 0.75)]
+
+
+def test_tensorboard_without_the_package_says_what_to_install(tmp_path, monkeypatch):
+    import sys
+
+    from passkt.agents.train.common import MetricsLogger
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails
     with pytest.raises(ImportError, match="pip install tensorboard"):
         MetricsLogger(tmp_path, enabled=True, tensorboard=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -95,3 +96,14 @@ def test_train_sft_then_resume_from_the_command_line(tiny64, people, tmp_path, c
     assert Path(capsys.readouterr().out.strip()) == out / "checkpoint-3"
     assert [m["step"] for m in read_metrics(out)] == [1, 2, 3]
     assert json.loads((out / "config.json").read_text())["max_steps"] == 3
+
+
+def test_env_kwargs_are_read_as_passkt_eval_reads_them():
+    from passkt.agents.specs import parse_env_kwargs
+    from passkt.agents.train.cli import parse_kwargs
+
+    text = 'hops=[2,3],source_options={"num_tasks": 40},path="a,b.json"'
+    assert parse_kwargs(text) == parse_env_kwargs(text)
+    assert parse_kwargs(text)["hops"] == [2, 3]
+    with pytest.raises(argparse.ArgumentTypeError, match="bad --env-kwargs item"):
+        parse_kwargs("hops")
