@@ -1,0 +1,328 @@
+"""Profiles of the study: what to run, read from TOML, checked, and pinned to an output folder.
+
+A profile is a TOML file (``profiles/tiny.toml``, ``testbed.toml``, ``paper.toml`` or your own
+path) laid over :data:`DEFAULTS`; ``--set KEY=VALUE`` and the shortcut flags override single keys.
+The resolved profile is written to ``OUT/profile.json`` on first use and every later call on that
+folder must resolve to the same profile (or give none and use the stored one), so one folder never
+mixes two studies.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the project runs on 3.11 here
+    try:
+        import tomli as tomllib
+    except ImportError as e:
+        raise ImportError("Python < 3.11 needs `pip install tomli` to read profiles") from e
+
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+PROFILE_FILE = "profile.json"
+CATEGORY_ENVS = {"A": "Math-v0", "B": "ComparisonQA-v0", "C": "BridgeQA-v0"}
+"""The study's categories: pure math, independent retrieval, sequential retrieval."""
+
+PIPELINE_FIELDS = ("policy", "env_id", "env_kwargs", "split", "task_ids", "limit", "output_dir")
+PIPELINE_FIELDS += ("seed",)
+"""Trainer config fields the pipeline sets itself (the profile may not)."""
+
+DEFAULTS: dict[str, Any] = {
+    "name": "custom",
+    "description": "",
+    "categories": ["A", "B", "C"],
+    "seeds": [0],
+    "limit_eval": 100,
+    "limit_train": 200,
+    "env": {cat: {"id": env_id, "kwargs": {}} for cat, env_id in CATEGORY_ENVS.items()},
+    "base": {},
+    "eval": {
+        "backend": "hf",
+        "n": 64,
+        "budgets": [0, 1, 2, 3, 5],
+        "ks": [],
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "max_new_tokens": 256,
+        "chunk_tasks": 0,
+        "seed": 0,
+        "options": {},
+    },
+    "sft": {},
+    "grpo": {},
+    "stats": {"n_boot": 1000, "level": 0.95},
+    "analyze": {
+        "perplexity_of": ["RL"],
+        "perplexity_limit": 0,
+        "batch_size": 8,
+        "device": "cpu",
+        "dtype": "float32",
+    },
+}
+"""Every key a profile may set, with its default (``0`` / ``[]`` mean "the library default")."""
+
+_OPEN_TABLES = ("env", "base", "sft", "grpo", "eval.options")
+"""Tables whose keys are checked elsewhere (by the trainer configs, ``PretrainConfig``...)."""
+
+
+class StudyError(Exception):
+    """A bad argument, profile or output folder: the message says how to fix it."""
+
+
+# ---------------------------------------------------------------------- reading and merging
+
+
+def known_profiles() -> list[str]:
+    """Names of the shipped profiles (``profiles/*.toml``)."""
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.toml"))
+
+
+def profile_path(name_or_path: str) -> Path:
+    """The TOML file of a shipped profile name or a path."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.is_file():
+        if not path.is_file():
+            raise StudyError(f"--profile {name_or_path}: no such file")
+        return path
+    names = known_profiles()
+    if name_or_path not in names:
+        close = difflib.get_close_matches(name_or_path, names, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise StudyError(
+            f"Unknown profile {name_or_path!r}.{hint} Known: {', '.join(names)}, or the path of "
+            "a .toml file (copy one from benchmarks/paper/profiles/)."
+        )
+    return PROFILES_DIR / f"{name_or_path}.toml"
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise StudyError(f"{path}: not valid TOML ({e})") from e
+
+
+def deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``top`` laid over it, tables merged key by key."""
+    out = copy.deepcopy(dict(base))
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"eval.n=8"`` -> ``(["eval", "n"], 8)``; the value is read as TOML, else as a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise StudyError(f"--set {text!r}: expected KEY=VALUE, e.g. --set eval.n=8")
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value
+    return [part.strip() for part in key.split(".")], parsed
+
+
+def apply_overrides(profile: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Set each ``KEY=VALUE`` (dotted keys reach into tables, creating them when needed)."""
+    out = copy.deepcopy(profile)
+    for text in overrides:
+        path, value = parse_override(text)
+        table = out
+        for part in path[:-1]:
+            if not isinstance(table.get(part, {}), dict):
+                raise StudyError(f"--set {text!r}: {part!r} is not a table")
+            table = table.setdefault(part, {})
+        table[path[-1]] = value
+    return out
+
+
+def resolve(name_or_path: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The checked profile: defaults, then the file, then the overrides."""
+    path = profile_path(name_or_path)
+    profile = apply_overrides(deep_merge(DEFAULTS, read_toml(path)), overrides)
+    # Round-trip through JSON so the profile compares equal to the one stored in profile.json.
+    profile = json.loads(json.dumps(profile))
+    check(profile, str(path))
+    return profile
+
+
+# ---------------------------------------------------------------------- checks
+
+
+def _check_keys(table: Mapping[str, Any], known: Mapping[str, Any], where: str) -> None:
+    for key in table:
+        if key not in known:
+            close = difflib.get_close_matches(key, list(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise StudyError(f"{where}: unknown key {key!r}{hint}; known: {', '.join(known)}")
+
+
+def _check_tree(table: Mapping[str, Any], known: Mapping[str, Any], where: str, prefix="") -> None:
+    _check_keys(table, known, where + (f" [{prefix.rstrip('.')}]" if prefix else ""))
+    for key, value in known.items():
+        name = prefix + key
+        if isinstance(value, dict) and name not in _OPEN_TABLES:
+            if not isinstance(table[key], dict):
+                raise StudyError(f"{where}: {name} must be a table")
+            _check_tree(table[key], value, where, name + ".")
+
+
+def _positive_int(value: Any, name: str, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise StudyError(f"{where}: {name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def check(profile: Mapping[str, Any], where: str) -> None:
+    """Raise a ``StudyError`` naming the first bad key of a resolved profile."""
+    _check_tree(profile, DEFAULTS, where)
+    _positive_int(profile["limit_eval"], "limit_eval", where)
+    _positive_int(profile["limit_train"], "limit_train", where)
+    categories = profile["categories"]
+    if not categories or len(set(categories)) != len(categories):
+        raise StudyError(f"{where}: categories must be a non-empty list without repeats")
+    for cat in categories:
+        env = profile["env"].get(cat)
+        if not isinstance(env, dict) or not isinstance(env.get("id"), str):
+            raise StudyError(f"{where}: category {cat!r} needs [env.{cat}] with id = ENV_ID")
+        _check_keys(env, {"id": 0, "kwargs": 0}, f"{where} [env.{cat}]")
+    seeds = profile["seeds"]
+    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
+        raise StudyError(f"{where}: seeds must be a non-empty list of distinct integers")
+    _check_base(profile["base"], where)
+    ev = profile["eval"]
+    if ev["backend"] not in ("hf", "lean", "vllm"):
+        raise StudyError(f"{where}: eval.backend must be hf, lean or vllm, got {ev['backend']!r}")
+    _positive_int(ev["n"], "eval.n", where)
+    _positive_int(ev["max_new_tokens"], "eval.max_new_tokens", where)
+    if not ev["budgets"] or any(not isinstance(t, int) or t < 0 for t in ev["budgets"]):
+        raise StudyError(f"{where}: eval.budgets must be non-negative integers")
+    for method in ("sft", "grpo"):
+        _check_trainer(profile, method, where)
+    if not set(profile["analyze"]["perplexity_of"]) <= {"base", "SFT", "RL"}:
+        raise StudyError(f"{where}: analyze.perplexity_of may name base, SFT and RL")
+
+
+def _check_base(base: Mapping[str, Any], where: str) -> None:
+    if ("model" in base) == ("pretrain" in base):
+        raise StudyError(
+            f"{where}: [base] needs exactly one of model = 'NAME_OR_PATH' (an existing policy) "
+            "or pretrain = {size = 'nano', ...} (testbed pretraining)"
+        )
+    _check_keys(base, {"model": 0, "pretrain": 0}, f"{where} [base]")
+    if "pretrain" in base:
+        from passkt.agents.testbed.pretrain import PretrainConfig
+
+        if "output_dir" in base["pretrain"]:
+            raise StudyError(f"{where}: base.pretrain.output_dir is set by the pipeline (OUT/base)")
+        try:
+            PretrainConfig.from_dict({**base["pretrain"], "output_dir": "base"})
+        except (TypeError, ValueError) as e:
+            raise StudyError(f"{where} [base.pretrain]: {e}") from e
+
+
+def trainer_fields(profile: Mapping[str, Any], method: str, cat: str) -> dict[str, Any]:
+    """The profile's ``[sft]`` / ``[grpo]`` fields with the category's table laid over them."""
+    table = profile[method]
+    fields = {k: v for k, v in table.items() if k not in profile["env"]}
+    fields.update(table.get(cat, {}))
+    return fields
+
+
+def _check_trainer(profile: Mapping[str, Any], method: str, where: str) -> None:
+    from passkt.agents.train.config import GRPOConfig, SFTConfig
+
+    cls = SFTConfig if method == "sft" else GRPOConfig
+    for cat in profile["categories"]:
+        fields = trainer_fields(profile, method, cat)
+        owned = sorted(set(fields) & set(PIPELINE_FIELDS))
+        if owned:
+            raise StudyError(
+                f"{where} [{method}]: {', '.join(owned)} are set by the pipeline (policy from "
+                "[base], tasks from the splits, seed from seeds); remove them"
+            )
+        try:
+            cls.from_dict({**fields, "policy": "hf:base"})
+        except (TypeError, ValueError) as e:
+            raise StudyError(f"{where} [{method}] (category {cat}): {e}") from e
+
+
+# ---------------------------------------------------------------------- pinning to a folder
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flatten(item, f"{prefix}{key}."))
+        return out or {prefix.rstrip("."): {}}
+    return {prefix.rstrip("."): value}
+
+
+def differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> list[str]:
+    """``key: stored -> requested`` for every leaf that differs."""
+    a, b = _flatten(dict(stored)), _flatten(dict(requested))
+    return [
+        f"{key}: {a.get(key, '(unset)')!r} -> {b.get(key, '(unset)')!r}"
+        for key in sorted(set(a) | set(b))
+        if a.get(key, "(unset)") != b.get(key, "(unset)")
+    ]
+
+
+def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict[str, Any]:
+    """The profile of ``out``: store ``requested`` there on first use, or check it matches.
+
+    Args:
+        out: The study folder.
+        requested: The resolved profile of this call, or None to use the stored one.
+        source: Where ``requested`` came from (a profile name or path, with overrides).
+
+    Raises:
+        StudyError: no profile given for a new folder, or one that differs from the stored one.
+    """
+    path = out / PROFILE_FILE
+    if path.is_file():
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if requested is not None and stored["profile"] != requested:
+            diffs = differences(stored["profile"], requested)
+            raise StudyError(
+                f"{out} was made with another profile ({stored['source']}); differing keys: "
+                f"{'; '.join(diffs[:8])}{' ...' if len(diffs) > 8 else ''}. Repeat the original "
+                "--profile and overrides, leave --profile out to use the stored one, or choose "
+                "another --out."
+            )
+        check(stored["profile"], str(path))
+        return stored["profile"]
+    if requested is None:
+        raise StudyError(
+            f"{out} holds no study yet ({path} is missing): give --profile tiny|testbed|paper|"
+            "PATH.toml"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"source": source, "profile": requested}
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return requested
+
+
+def resolve_stored(out: Path, overrides: Sequence[str]) -> dict[str, Any]:
+    """The profile stored in ``out`` with ``overrides`` applied (to check them against it)."""
+    path = out / PROFILE_FILE
+    if not path.is_file():
+        raise StudyError(f"overrides need --profile: {out} holds no study yet ({path} is missing)")
+    stored = json.loads(path.read_text(encoding="utf-8"))["profile"]
+    profile = json.loads(json.dumps(apply_overrides(stored, overrides)))
+    check(profile, f"{path} with overrides")
+    return profile

@@ -1,0 +1,367 @@
+"""The ``report`` stage: one Markdown file with the tables and figures of the whole study.
+
+``OUT/report/report.md`` (figures copied to ``OUT/report/figures/``, linked relatively): an
+overview, the seed-aggregate tables (mean, standard deviation and range over training seeds), a
+section per category with each seed's surfaces, gaps, boundary sets, diversity and perplexity, the
+cost of every stage (``timings.jsonl``) and the profile. Everything in it was computed by the
+``compare`` and ``analyze`` stages with ``passkt.eval``; this module only lays it out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from study_stages import ROLES, Study, read_done, run_name
+
+ROLE_ORDER = ("base", "SFT", "RL")
+
+
+def make_report(study: Study) -> dict[str, Any]:
+    out = study.report_dir
+    if (out / "figures").exists():
+        shutil.rmtree(out / "figures")
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = {(c, s): _json(study.compare_dir(c, s) / "metrics.json") for c, s in _units(study)}
+    analyses = {(c, s): _json(study.analysis_dir(c, s) / "analysis.json") for c, s in _units(study)}
+    parts = [_overview(study), "## Seed aggregate\n", _aggregate_intro(study)]
+    for cat in study.categories:
+        rows = [(metrics[cat, s], analyses[cat, s]) for s in study.seeds]
+        parts.append(_aggregate(study, cat, rows))
+    for cat in study.categories:
+        parts.append(_category(study, cat, metrics, analyses))
+    parts += [_cost(study), _profile(study)]
+    report = out / "report.md"
+    report.write_text("\n".join(parts), encoding="utf-8")
+    figures = sorted(str(p.relative_to(out)) for p in (out / "figures").rglob("*.png"))
+    return {"report": str(report), "figures": figures, "categories": study.categories,
+            "seeds": study.seeds}  # fmt: skip
+
+
+def _units(study: Study) -> list[tuple[str, int]]:
+    return [(c, s) for c in study.categories for s in study.seeds]
+
+
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _spread(values: list[float | None], digits: int = 3, signs: bool = False) -> str:
+    """``mean ± sd [min, max]`` over seeds (the value itself for one seed).
+
+    ``digits=0`` marks counts: a single value is printed as an integer, a mean with one digit.
+    """
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        text = _num(values[0], digits)
+    elif digits == 0:
+        mean, sd = statistics.fmean(values), statistics.stdev(values)
+        text = f"{mean:.1f} ± {sd:.1f} [{min(values):g}, {max(values):g}]"
+    else:
+        mean, sd = statistics.fmean(values), statistics.stdev(values)
+        text = f"{mean:.{digits}f} ± {sd:.{digits}f} [{min(values):.{digits}f}, "
+        text += f"{max(values):.{digits}f}]"
+    if signs:
+        text += f" ({sum(v > 0 for v in values)}/{len(values)} > 0)"
+    return text
+
+
+# ---------------------------------------------------------------------- overview
+
+
+def _overview(study: Study) -> str:
+    p = study.profile
+    ev = p["eval"]
+    base = read_done(study.base_dir, "base")
+    if "pretrain" in p["base"]:
+        pre = p["base"]["pretrain"]
+        loss = base.get("metrics", {}).get("eval/loss/assistant")
+        what = f"testbed `{pre.get('size', 'nano')}` model pretrained for {base.get('steps')} steps"
+        what += f" (held-out NLL of the agent's tokens {_num(loss)})" if loss is not None else ""
+    else:
+        what = f"`{p['base']['model']}`"
+    lines = [
+        f"# Matched-data study: {p['name']}\n",
+        p["description"].strip() + "\n" if p["description"].strip() else "",
+        f"- Base policy: {what}; SFT (expert trajectories) and GRPO trained from it per category "
+        f"and seed on the same {p['limit_train']} training problems.",
+        f"- Evaluation: {p['limit_eval']} problems per category, n = {ev['n']} samples per "
+        f"(problem, T), T in {ev['budgets']} (math: T = 0 only), k in {list(study.ks())}, "
+        f"temperature {ev['temperature']}, backend `{ev['backend']}`.",
+        f"- Categories: {', '.join(f'{c} ({study.env(c)[0]})' for c in study.categories)}; "
+        f"training seeds: {', '.join(map(str, study.seeds))}.",
+        "- Boundary set: problems solved at least once among the n samples (pass@n > 0) at "
+        "T_max, the largest T of the category.\n",
+    ]
+    return "\n".join(line for line in lines if line)
+
+
+# ---------------------------------------------------------------------- seed aggregate
+
+
+def _aggregate_intro(study: Study) -> str:
+    return (
+        f"Over the {len(study.seeds)} training seed(s): mean ± sample standard deviation "
+        "[min, max]; differences to base also count the seeds where they are positive. The base "
+        "policy is evaluated once (it does not depend on the training seed), so a difference "
+        "exceeds seed-to-seed variation when it keeps its sign on every seed and its mean is "
+        "large against its spread.\n"
+    )
+
+
+def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
+    t_max = rows[0][0]["T_max"]
+    n = rows[0][0]["n"]
+
+    def runs(role: str, key: str) -> list[float]:
+        return [m["runs"][role][key] for m, _ in rows]
+
+    def pair(role: str, key: str) -> list[float | None]:
+        return [m["vs_base"][role][key] for m, _ in rows]
+
+    def diversity(role: str) -> list[float | None]:
+        return [a.get("diversity", {}).get(role, {}).get("mean_unique") for _, a in rows]
+
+    def jaccard(role: str) -> list[float | None]:
+        return [a.get("overlap", {}).get(role, {}).get("mean_jaccard") for _, a in rows]
+
+    def diff(role: str, values: Any, digits: int = 3) -> str:
+        base = values("base")
+        trained = values(role)
+        pairs = zip(trained, base, strict=True)
+        gaps = [None if t is None or b is None else t - b for t, b in pairs]
+        return _spread(gaps, digits, signs=True)
+
+    header = ["metric", "base", "SFT", "RL", "SFT − base", "RL − base"]
+    table = []
+    for label, key, digits in (
+        ("pass@1", "pass@1", 3),
+        (f"pass@({n}, {t_max})", "pass@n", 3),
+        ("boundary size", "boundary", 0),
+    ):
+        table.append(
+            [label, *(_spread(runs(r, key), digits) for r in ROLE_ORDER)]
+            + [diff(r, lambda role, key=key: runs(role, key), digits) for r in ("SFT", "RL")]
+        )
+    venn = [m["venn"] for m, _ in rows]
+    table.append(
+        ["only this run solves (3-way)"]
+        + [_spread([v[f"{r} only"] for v in venn], 0) for r in ROLE_ORDER]
+        + ["", ""]
+    )
+    table.append(
+        ["solves, base does not (pairwise)", "-"]
+        + [_spread(pair(r, "only_trained"), 0) for r in ("SFT", "RL")]
+        + ["", ""]
+    )
+    table.append(
+        ["base solves, it does not (pairwise)", "-"]
+        + [_spread(pair(r, "only_base"), 0) for r in ("SFT", "RL")]
+        + ["", ""]
+    )
+    crossings = []
+    for r in ("SFT", "RL"):
+        ks = pair(r, "crossover_k")
+        found = [k for k in ks if k is not None]
+        crossings.append(f"{_spread(found, 1)} ({len(found)}/{len(ks)} seeds cross)")
+    table.append([f"crossover k vs base (T = {t_max})", "-", *crossings, "", ""])
+    if any(diversity("base")):
+        table.append(
+            ["unique query sequences", *(_spread(diversity(r), 2) for r in ROLE_ORDER)]
+            + [diff(r, diversity, 2) for r in ("SFT", "RL")]
+        )
+        table.append(
+            ["Jaccard with base", "-", *(_spread(jaccard(r)) for r in ("SFT", "RL")), "", ""]
+        )
+    text = f"### {cat}: {study.env(cat)[0]} (T_max = {t_max}, n = {n})\n\n" + _table(header, table)
+    return text + _perplexity_aggregate(study, rows)
+
+
+def _perplexity_aggregate(study: Study, rows: list[tuple[dict, dict]]) -> str:
+    roles = study.profile["analyze"]["perplexity_of"]
+    segments = ("query", "reasoning", "answer", "all")
+    table = []
+    for segment in segments:
+        cells = []
+        for role in roles:
+            values = []
+            for _, a in rows:
+                entry = a["perplexity"].get(role, {})
+                values.append(entry.get("segments", {}).get(segment, {}).get("perplexity"))
+            cells.append(_spread(values, 2))
+        table.append([segment, *cells])
+    if all(c == "-" for row in table for c in row[1:]):
+        return "\nSegment perplexity: no successful trajectories to score.\n"
+    header = ["segment", *(f"{role}'s successes" for role in roles)]
+    return "\nPerplexity of successful trajectories under the base model\n\n" + _table(
+        header, table
+    )
+
+
+# ---------------------------------------------------------------------- per category
+
+
+def _category(study: Study, cat: str, metrics: dict, analyses: dict) -> str:
+    env_id, kwargs = study.env(cat)
+    splits = read_done(study.splits_dir(cat), "splits")
+    lines = [
+        f"## Category {cat}: {env_id}\n",
+        f"env kwargs {kwargs or '{}'}; {splits['eval']} eval and {splits['train']} training "
+        f"problems (`splits/{cat}/`); T grid {study.budgets(cat)}.\n",
+        _training_table(study, cat),
+        _seed_figure(study, cat),
+    ]
+    for seed in study.seeds:
+        lines.append(_seed_section(study, cat, seed, metrics[cat, seed], analyses[cat, seed]))
+    return "\n".join(lines)
+
+
+def _training_table(study: Study, cat: str) -> str:
+    rows = []
+    for method in study.methods():
+        for seed in study.seeds:
+            done = read_done(study.train_dir(method, cat, seed), "train")
+            last = done.get("last_metrics", {})
+            keys = ("reward/mean", "loss/nll", "eval/pass@1")
+            shown = ", ".join(f"{k} {last[k]:.3g}" for k in keys if k in last)
+            rows.append([run_name(ROLES[method], seed), str(done.get("steps")), shown or "-"])
+    return "Training runs\n\n" + _table(["run", "steps", "last step"], rows)
+
+
+def _seed_figure(study: Study, cat: str) -> str:
+    """Pass curves at T_max of base and every seed's SFT and RL, with CI bands."""
+    from passkt.eval.estimator import surface
+    from passkt.eval.plots import plot_pass_curves
+    from passkt.eval.stats import bootstrap_surface
+    from passkt.eval.store import load_run
+
+    t_max = max(study.budgets(cat))
+    folders = [study.eval_dir(cat, "base")]
+    folders += [study.eval_dir(cat, r, s) for r in ("rl", "sft") for s in study.seeds]
+    curves = {}
+    for folder in folders:
+        _, table = load_run(folder)
+        surf = surface(table.select_budgets([t_max]), study.ks())
+        ci = bootstrap_surface(surf, n_boot=study.profile["stats"]["n_boot"])
+        curves[table.name] = (surf, ci)
+    target = study.report_dir / "figures" / cat / "seeds"
+    plot_pass_curves(curves, target)
+    link = Path("figures", cat, "seeds.png").as_posix()
+    return f"\n![pass@k at T = {t_max}, every seed]({link})\n"
+
+
+def _seed_section(study: Study, cat: str, seed: int, metrics: dict, analysis: dict) -> str:
+    folder = study.compare_dir(cat, seed)
+    figures = study.report_dir / "figures" / cat / f"seed{seed}"
+    links = {}
+    report = study.report_dir
+    for png in sorted(folder.glob("*.png")):
+        links[png.stem] = _copy_figure(png, figures / png.name, report)
+    for role in ROLE_ORDER:
+        heatmap = folder / f"surface_{role}" / "heatmap.png"
+        links[f"heatmap_{role}"] = _copy_figure(heatmap, figures / f"heatmap_{role}.png", report)
+    text = [f"### {cat}, seed {seed}\n"]
+    text.append(" ".join(f"![{role} surface]({links[f'heatmap_{role}']})" for role in ROLE_ORDER))
+    text.append("\n" + " ".join(f"![{stem}]({link})" for stem, link in links.items()
+                                if not stem.startswith("heatmap")) + "\n")  # fmt: skip
+    for role in ROLE_ORDER:
+        text.append((folder / f"surface_{role}" / "surface.md").read_text(encoding="utf-8"))
+    text.append((folder / "report.md").read_text(encoding="utf-8"))
+    analysis_dir = study.analysis_dir(cat, seed)
+    for name in ("diversity.md", "perplexity.md"):
+        if (analysis_dir / name).is_file():
+            text.append((analysis_dir / name).read_text(encoding="utf-8"))
+    return "\n".join(text) + "\n"
+
+
+def _copy_figure(source: Path, target: Path, report_dir: Path) -> str:
+    """Copy a figure into ``report/figures``; return its link relative to ``report.md``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    return target.relative_to(report_dir).as_posix()
+
+
+# ---------------------------------------------------------------------- cost and profile
+
+
+def read_timings(out: Path) -> list[dict[str, Any]]:
+    path = out / "timings.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _cost(study: Study) -> str:
+    lines = read_timings(study.out)
+    units: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    stages: dict[str, float] = defaultdict(float)
+    for line in lines:
+        if line["status"] == "stage":
+            stages[line["stage"]] += line["seconds"]
+        else:
+            units[line["stage"], line["unit"]].append(line)
+    by_stage: dict[str, list] = defaultdict(list)
+    for (stage, unit), attempts in units.items():
+        by_stage[stage].append((unit, attempts))
+    rows = []
+    for stage in sorted(by_stage, key=_stage_order):
+        unit_seconds = sum(a["seconds"] for _, attempts in by_stage[stage] for a in attempts)
+        wall = stages.get(stage)
+        rows.append(
+            [stage, str(len(by_stage[stage])), f"{unit_seconds:.1f}",
+             "-" if wall is None else f"{wall:.1f}"]
+        )  # fmt: skip
+    total = sum(stages.values())
+    rows.append(["**total**", "", "", f"{total:.1f} ({total / 60:.1f} min)"])
+    detail = []
+    for stage in sorted(by_stage, key=_stage_order):
+        for unit, attempts in by_stage[stage]:
+            seconds = sum(a["seconds"] for a in attempts)
+            failed = sum(a["status"] == "failed" for a in attempts)
+            threads = attempts[-1].get("threads")
+            detail.append(
+                [stage, unit, f"{seconds:.1f}", str(len(attempts)), str(failed),
+                 "-" if threads is None else str(threads)]
+            )  # fmt: skip
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (
+        "## Cost\n\nWall time of every unit (all attempts, including interrupted ones) from "
+        f"`timings.jsonl`; this machine has {cores} cores. Stage wall time is the time the stage "
+        "took with its units run in parallel (`--jobs`), summed over calls; this report's own "
+        "time is recorded after it is written.\n\n"
+        + _table(["stage", "units", "unit seconds", "stage wall seconds"], rows)
+        + "\n"
+        + _table(["stage", "unit", "seconds", "attempts", "failed", "threads"], detail)
+    )
+
+
+def _stage_order(stage: str) -> int:
+    from study_stages import STAGES
+
+    return STAGES.index(stage) if stage in STAGES else len(STAGES)
+
+
+def _profile(study: Study) -> str:
+    stored = _json(study.out / "profile.json")
+    return (
+        f"## Profile\n\nFrom `{stored['source']}` (stored in `profile.json`):\n\n```json\n"
+        + json.dumps(stored["profile"], indent=2)
+        + "\n```\n"
+    )

@@ -1,0 +1,401 @@
+"""The stages of the study as units of work: what each makes, where, and what it needs.
+
+Layout of a study folder ``OUT``::
+
+    profile.json  timings.jsonl  logs/<stage>/<unit>.log (--jobs)
+    splits/<cat>/{eval,train}.txt           task ids (matched data: every policy sees these)
+    base/                                   testbed pretraining (model/), or done.json naming it
+    eval/<cat>/base/                        evaluation runs (manifest.json, results.jsonl)
+    eval/<cat>/{sft,rl}-seed<s>/
+    train/{sft,grpo}/<cat>/seed<s>/         trainer runs (checkpoint-STEP/, metrics.jsonl)
+    compare/<cat>/seed<s>/                  gap tables and figures, Venn, metrics.json
+    analysis/<cat>/seed<s>/                 diversity, perplexity (analysis.json, *.md)
+    report/report.md                        the report (figures/ next to it)
+
+Every unit folder gets a ``done.json`` when the unit has finished.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from study_profile import StudyError, trainer_fields
+
+STAGES = (
+    "splits",
+    "base",
+    "eval-base",
+    "train",
+    "eval-trained",
+    "compare",
+    "analyze",
+    "report",
+)
+ROLES = {"sft": "SFT", "grpo": "RL"}
+"""Trainer -> the name its policy goes by in tables."""
+
+
+@dataclass
+class Study:
+    """A study folder with its profile and the categories / seeds / method selected."""
+
+    out: Path
+    profile: dict[str, Any]
+    categories: list[str]
+    seeds: list[int]
+    method: str | None = None
+    _tools: dict[str, bool] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ paths and names
+    def splits_dir(self, cat: str) -> Path:
+        return self.out / "splits" / cat
+
+    @property
+    def base_dir(self) -> Path:
+        return self.out / "base"
+
+    def eval_dir(self, cat: str, role: str, seed: int | None = None) -> Path:
+        return self.out / "eval" / cat / (role if seed is None else f"{role}-seed{seed}")
+
+    def train_dir(self, method: str, cat: str, seed: int) -> Path:
+        return self.out / "train" / method / cat / f"seed{seed}"
+
+    def compare_dir(self, cat: str, seed: int) -> Path:
+        return self.out / "compare" / cat / f"seed{seed}"
+
+    def analysis_dir(self, cat: str, seed: int) -> Path:
+        return self.out / "analysis" / cat / f"seed{seed}"
+
+    @property
+    def report_dir(self) -> Path:
+        return self.out / "report"
+
+    def env(self, cat: str) -> tuple[str, dict[str, Any]]:
+        spec = self.profile["env"][cat]
+        return spec["id"], dict(spec.get("kwargs", {}))
+
+    def has_tools(self, cat: str) -> bool:
+        if cat not in self._tools:
+            self._tools[cat] = bool(read_done(self.splits_dir(cat), "splits")["has_tools"])
+        return self._tools[cat]
+
+    def budgets(self, cat: str) -> list[int]:
+        """The T grid of a category: T = 0 only for an env without tools (math)."""
+        return sorted(set(self.profile["eval"]["budgets"])) if self.has_tools(cat) else [0]
+
+    def ks(self) -> tuple[int, ...]:
+        from passkt.eval.estimator import default_ks
+
+        n = self.profile["eval"]["n"]
+        ks = tuple(k for k in self.profile["eval"]["ks"] if k <= n)
+        return ks or default_ks(n)
+
+    def task_ids(self, cat: str, part: str) -> list[str]:
+        path = self.splits_dir(cat) / f"{part}.txt"
+        return [line for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+    def base_model(self) -> str:
+        return self._model(read_done(self.base_dir, "base"))
+
+    def trained_model(self, method: str, cat: str, seed: int) -> str:
+        return self._model(read_done(self.train_dir(method, cat, seed), "train"))
+
+    def _model(self, done: dict[str, Any]) -> str:
+        """A done.json's model: a folder of the study (stored relative to it) or a name."""
+        if done.get("in_study"):
+            return str((self.out / done["model"]).resolve())
+        return str(done["model"])
+
+    def relative(self, path: str | Path) -> str:
+        """``path`` relative to the study folder (done.json stays valid if the folder moves)."""
+        return Path(path).resolve().relative_to(self.out.resolve()).as_posix()
+
+    def methods(self) -> list[str]:
+        return [self.method] if self.method else ["sft", "grpo"]
+
+
+def read_done(folder: Path, stage: str) -> dict[str, Any]:
+    path = folder / "done.json"
+    if not path.is_file():
+        raise StudyError(f"{path} is missing: run the {stage!r} stage first")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def run_name(role: str, seed: int | None) -> str:
+    """``base``, ``SFT s0``, ``RL s0``: the names in tables and legends."""
+    return role if seed is None else f"{role} s{seed}"
+
+
+@dataclass(frozen=True, eq=False)
+class Unit:
+    """One piece of a stage: ``work()`` makes it and returns what goes into its done.json."""
+
+    key: str
+    folder: Path
+    work: Callable[[], dict[str, Any]]
+    needs: tuple[tuple[str, Path], ...] = ()
+    """(stage, folder) pairs whose done.json must exist first."""
+
+
+# ---------------------------------------------------------------------- splits
+
+
+def make_splits(study: Study, cat: str) -> dict[str, Any]:
+    """The first ``limit_eval`` test and ``limit_train`` train tasks of the category's env."""
+    from passkt.eval.evaluate import env_info
+
+    env_id, kwargs = study.env(cat)
+    parts = {"eval": ("test", study.profile["limit_eval"]), "train": ("train", None)}
+    parts["train"] = ("train", study.profile["limit_train"])
+    chosen, tools = {}, True
+    for part, (split, limit) in parts.items():
+        try:
+            info = env_info(env_id, kwargs, split)
+        except ValueError as e:
+            raise StudyError(f"category {cat} ({env_id}, {kwargs}): {e}") from e
+        if len(info.tasks) < limit:
+            raise StudyError(
+                f"category {cat}: the {split} split of {env_id} ({kwargs}) has {len(info.tasks)} "
+                f"tasks, fewer than limit_{part} = {limit}; lower it (--limit-{part}) or give a "
+                "larger data file"
+            )
+        chosen[part], tools = list(info.tasks[:limit]), info.has_tools
+    _check_disjoint(cat, chosen["eval"], chosen["train"])
+    folder = study.splits_dir(cat)
+    folder.mkdir(parents=True, exist_ok=True)
+    for part, tasks in chosen.items():
+        (folder / f"{part}.txt").write_text("".join(t.task_id + "\n" for t in tasks))
+    return {
+        "env_id": env_id,
+        "env_kwargs": kwargs,
+        "has_tools": tools,
+        "eval": len(chosen["eval"]),
+        "train": len(chosen["train"]),
+    }
+
+
+def _check_disjoint(cat: str, eval_tasks: list, train_tasks: list) -> None:
+    """Matched data means disjoint problems: no question may be in both parts.
+
+    Questions, not ids, are compared: the synthetic source numbers each split from 0, so the same
+    id names different problems in the two splits.
+    """
+    shared = {t.question for t in eval_tasks} & {t.question for t in train_tasks}
+    if shared:
+        raise StudyError(
+            f"category {cat}: {len(shared)} question(s) are in both the eval and the train split, "
+            f"e.g. {sorted(shared)[0]!r}; the env's splits overlap"
+        )
+
+
+# ---------------------------------------------------------------------- base
+
+
+def make_base(study: Study) -> dict[str, Any]:
+    """Pretrain the testbed base (resuming), or name the profile's model."""
+    base = study.profile["base"]
+    if "model" in base:
+        return {"model": base["model"]}
+    from passkt.agents.testbed.pretrain import PretrainConfig, pretrain
+
+    config = PretrainConfig.from_dict({**base["pretrain"], "output_dir": str(study.base_dir)})
+    result = pretrain(config, resume=True)
+    return {
+        "model": study.relative(result.model_dir),
+        "in_study": True,
+        "steps": result.steps,
+        "metrics": result.last_metrics,
+    }
+
+
+# ---------------------------------------------------------------------- evaluation
+
+
+def make_eval(study: Study, cat: str, role: str, seed: int | None) -> dict[str, Any]:
+    """Evaluate the base or a trained policy on the category's eval split (resuming)."""
+    from passkt.agents.policy import SamplingParams
+    from passkt.eval.evaluate import evaluate
+
+    ev = study.profile["eval"]
+    if role == "base":
+        model = study.base_model()
+    else:
+        method = "sft" if role == "SFT" else "grpo"
+        model = study.trained_model(method, cat, seed)
+    env_id, kwargs = study.env(cat)
+    params = SamplingParams(
+        temperature=ev["temperature"],
+        top_p=ev["top_p"],
+        top_k=ev["top_k"],
+        max_new_tokens=ev["max_new_tokens"],
+    )
+    run = evaluate(
+        env_id,
+        f"{ev['backend']}:{model}",
+        env_kwargs=kwargs,
+        n=ev["n"],
+        budgets=study.budgets(cat),
+        ks=study.ks(),
+        split="test",
+        task_ids=study.task_ids(cat, "eval"),
+        out_dir=study.eval_dir(cat, role.lower(), seed),
+        resume=True,
+        seed=ev["seed"],
+        params=params,
+        chunk_tasks=ev["chunk_tasks"] or None,
+        policy_options=ev["options"],
+        name=run_name(role, seed),
+    )
+    return {
+        "name": run_name(role, seed),
+        "policy": f"{ev['backend']}:{model}",
+        "chunks_run": run.chunks_run,
+        "episodes": run.stats.episodes,
+        "generated_tokens": run.stats.generated_tokens,
+    }
+
+
+# ---------------------------------------------------------------------- training
+
+
+def train_config(study: Study, method: str, cat: str, seed: int) -> Any:
+    """The trainer config of one run: the profile's fields plus what the pipeline fixes."""
+    from passkt.agents.train.config import GRPOConfig, SFTConfig
+
+    fields = trainer_fields(study.profile, method, cat)
+    if not study.has_tools(cat):
+        fields["t_train"] = study.profile[method].get(cat, {}).get("t_train", 0)
+    env_id, kwargs = study.env(cat)
+    backend = "lean" if study.profile["eval"]["backend"] == "lean" else "hf"
+    cls = SFTConfig if method == "sft" else GRPOConfig
+    return cls.from_dict(
+        {
+            **fields,
+            "policy": f"{backend}:{study.base_model()}",
+            "env_id": env_id,
+            "env_kwargs": kwargs,
+            "split": "train",
+            "task_ids": tuple(study.task_ids(cat, "train")),
+            "output_dir": str(study.train_dir(method, cat, seed)),
+            "seed": seed,
+        }
+    )
+
+
+def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, Any]:
+    """Train SFT or GRPO from the base on the category's train split (resuming)."""
+    from passkt.agents.train.checkpoint import latest_checkpoint
+
+    config = train_config(study, method, cat, seed)
+    if method == "sft":
+        from passkt.agents.train.sft import train_sft as train
+    else:
+        from passkt.agents.train.grpo import train_grpo as train
+    result = train(config, resume=True)
+    checkpoint = result.checkpoint or latest_checkpoint(config.output_dir)
+    if checkpoint is None:
+        raise StudyError(f"{config.output_dir}: the trainer finished without a checkpoint")
+    return {
+        "model": study.relative(checkpoint),
+        "in_study": True,
+        "steps": result.steps,
+        "last_metrics": result.last_metrics,
+    }
+
+
+# ---------------------------------------------------------------------- units of each stage
+
+
+def _eval_needs(study: Study, cat: str, seed: int) -> tuple[tuple[str, Path], ...]:
+    needs = [("eval-base", study.eval_dir(cat, "base"))]
+    needs += [("eval-trained", study.eval_dir(cat, r.lower(), seed)) for r in ("SFT", "RL")]
+    return tuple(needs)
+
+
+def stage_units(study: Study, stage: str) -> list[Unit]:
+    """The units of ``stage`` for the selected categories and seeds, in run order."""
+    from study_analysis import make_analysis, make_comparison
+    from study_report import make_report
+
+    cats, seeds = study.categories, study.seeds
+    if stage == "splits":
+        return [Unit(c, study.splits_dir(c), lambda c=c: make_splits(study, c)) for c in cats]
+    if stage == "base":
+        return [Unit("base", study.base_dir, lambda: make_base(study))]
+    if stage == "eval-base":
+        return [
+            Unit(
+                f"{c}/base",
+                study.eval_dir(c, "base"),
+                lambda c=c: make_eval(study, c, "base", None),
+                (("splits", study.splits_dir(c)), ("base", study.base_dir)),
+            )
+            for c in cats
+        ]
+    if stage == "train":
+        # GRPO first: it is the slow one, so with --jobs the SFT runs fill in around it.
+        methods = sorted(study.methods(), key=lambda m: m != "grpo")
+        return [
+            Unit(
+                f"{m}/{c}/s{s}",
+                study.train_dir(m, c, s),
+                lambda m=m, c=c, s=s: make_training(study, m, c, s),
+                (("splits", study.splits_dir(c)), ("base", study.base_dir)),
+            )
+            for m in methods
+            for c in cats
+            for s in seeds
+        ]
+    if stage == "eval-trained":
+        return [
+            Unit(
+                f"{c}/{ROLES[m].lower()}-s{s}",
+                study.eval_dir(c, ROLES[m].lower(), s),
+                lambda m=m, c=c, s=s: make_eval(study, c, ROLES[m], s),
+                (("train", study.train_dir(m, c, s)),),
+            )
+            for c in cats
+            for s in seeds
+            for m in study.methods()
+        ]
+    if stage == "compare":
+        return [
+            Unit(
+                f"{c}/s{s}",
+                study.compare_dir(c, s),
+                lambda c=c, s=s: make_comparison(study, c, s),
+                _eval_needs(study, c, s),
+            )
+            for c in cats
+            for s in seeds
+        ]
+    if stage == "analyze":
+        return [
+            Unit(
+                f"{c}/s{s}",
+                study.analysis_dir(c, s),
+                lambda c=c, s=s: make_analysis(study, c, s),
+                _eval_needs(study, c, s),
+            )
+            for c in cats
+            for s in seeds
+        ]
+    if stage == "report":
+        _forget_other_report(study)
+        needs = [("compare", study.compare_dir(c, s)) for c in cats for s in seeds]
+        needs += [("analyze", study.analysis_dir(c, s)) for c in cats for s in seeds]
+        return [Unit("report", study.report_dir, lambda: make_report(study), tuple(needs))]
+    raise StudyError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+
+
+def _forget_other_report(study: Study) -> None:
+    """A report made for other categories or seeds is made again (it takes seconds)."""
+    marker = study.report_dir / "done.json"
+    if marker.is_file():
+        done = json.loads(marker.read_text(encoding="utf-8"))
+        if (done.get("categories"), done.get("seeds")) != (study.categories, study.seeds):
+            marker.unlink()

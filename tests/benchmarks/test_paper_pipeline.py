@@ -1,0 +1,232 @@
+"""The study pipeline (benchmarks/paper/study.py): every stage of the tiny profile on a slice.
+
+One study runs once for the module (3 eval / 4 train problems per category, n = 2, a 5-step
+pretraining, 1-step trainers); the tests read what each stage left and check that it is what
+the next stage used, that reruns do nothing, and that lost work is redone without duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+STUDY_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "paper"
+sys.path.insert(0, str(STUDY_DIR))
+
+import study  # noqa: E402
+from study_profile import StudyError  # noqa: E402
+
+SLICE = [
+    "--profile", "tiny", "--limit-eval", "3", "--limit-train", "4", "--n", "2",
+    "--set", "base.pretrain.max_steps=5", "--set", "base.pretrain.episodes_per_category=24",
+    "--set", "base.pretrain.block_size=128", "--set", "base.pretrain.paragraph_repeats=1",
+    "--set", "base.pretrain.progress=false", "--set", "eval.chunk_tasks=1",
+    "--set", "grpo.max_steps=1", "--set", "grpo.tasks_per_step=2", "--set", "grpo.group_size=2",
+    "--set", "sft.max_steps=1", "--set", "sft.batch_size=2", "--set", "stats.n_boot=20",
+    "--set", "analyze.perplexity_of=['RL', 'SFT', 'base']",
+]  # fmt: skip
+CATS = ("A", "B", "C")
+ROLES = {"base": "base", "sft-seed0": "SFT s0", "rl-seed0": "RL s0"}
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _ids(path: Path) -> list[str]:
+    return path.read_text().split()
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """The slice run stage by stage (eval-base with --jobs 2: units in subprocesses)."""
+    out = tmp_path_factory.mktemp("paper") / "study"
+    ran = {}
+    for stage in study.STAGES:
+        jobs = ["--jobs", "2"] if stage == "eval-base" else []
+        ran[stage] = study.run([stage, "--out", str(out), *SLICE, *jobs]).ran[stage]
+    return out, ran, _lines(out / "timings.jsonl")
+
+
+@pytest.mark.slow
+def test_every_stage_runs_each_unit_once(finished):
+    _, ran, timings = finished
+    assert ran["splits"] == list(CATS)
+    assert ran["train"] == [f"{m}/{c}/s0" for m in ("grpo", "sft") for c in CATS]
+    assert sorted(ran["eval-trained"]) == sorted(f"{c}/{r}-s0" for c in CATS for r in ("sft", "rl"))
+    assert ran["report"] == ["report"]
+    done = [(t["stage"], t["unit"]) for t in timings if t["status"] == "done"]
+    expected = [(stage, unit) for stage, units in ran.items() for unit in units]
+    assert sorted(done) == sorted(expected)  # children of --jobs recorded theirs too
+    assert {t["threads"] for t in timings if t["stage"] == "eval-base" and t["unit"] != "*"} == {
+        max(1, len(os.sched_getaffinity(0)) // 2)
+    }
+
+
+@pytest.mark.slow
+def test_all_policies_see_exactly_the_split_problems(finished):
+    out, _, _ = finished
+    base_model = (out / "base" / "model").resolve()
+    assert (base_model / "model.safetensors").is_file()
+    for cat in CATS:
+        eval_ids, train_ids = (
+            _ids(out / f"splits/{cat}/eval.txt"),
+            _ids(out / f"splits/{cat}/train.txt"),
+        )
+        assert len(eval_ids) == 3 and len(train_ids) == 4
+        for folder, name in ROLES.items():
+            manifest = json.loads((out / f"eval/{cat}/{folder}/manifest.json").read_text())
+            assert manifest["task_ids"] == eval_ids and manifest["name"] == name
+            assert manifest["split"] == "test"
+        base_manifest = json.loads((out / f"eval/{cat}/base/manifest.json").read_text())
+        assert base_manifest["policy"] == f"lean:{base_model}"
+        for method, folder in (("sft", "sft-seed0"), ("grpo", "rl-seed0")):
+            config = json.loads((out / f"train/{method}/{cat}/seed0/config.json").read_text())
+            assert config["task_ids"] == train_ids and config["split"] == "train"
+            assert config["policy"] == f"lean:{base_model}"  # every trainer starts from the base
+            done = json.loads((out / f"train/{method}/{cat}/seed0/done.json").read_text())
+            checkpoint = (out / done["model"]).resolve()
+            assert (checkpoint / "model.safetensors").is_file()
+            manifest = json.loads((out / f"eval/{cat}/{folder}/manifest.json").read_text())
+            assert manifest["policy"] == f"lean:{checkpoint}"  # the trained model is evaluated
+        math = json.loads((out / f"eval/{cat}/base/manifest.json").read_text())["budgets"]
+        assert math == ([0] if cat == "A" else [0, 1, 2, 3, 5])
+
+
+@pytest.mark.slow
+def test_compare_analyze_and_report_use_the_runs(finished):
+    out, _, _ = finished
+    for cat in CATS:
+        metrics = json.loads((out / f"compare/{cat}/seed0/metrics.json").read_text())
+        assert {r: m["name"] for r, m in metrics["runs"].items()} == {
+            "base": "base",
+            "RL": "RL s0",
+            "SFT": "SFT s0",
+        }
+        assert all(m["tasks"] == 3 for m in metrics["runs"].values())
+        assert metrics["T_max"] == (0 if cat == "A" else 5)
+        analysis = json.loads((out / f"analysis/{cat}/seed0/analysis.json").read_text())
+        assert set(analysis["perplexity"]) == {"RL", "SFT", "base"}
+        assert ("diversity" in analysis) == (cat != "A")  # math has no queries
+        if cat != "A":
+            assert analysis["diversity"]["RL"]["n"] == 2
+    report = out / "report" / "report.md"
+    text = report.read_text()
+    for name in ("RL s0", "SFT s0", "## Seed aggregate", "## Cost", "## Profile"):
+        assert name in text
+    for cat in CATS:
+        assert f"## Category {cat}" in text
+    links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
+    assert len(links) >= 3 * 8  # heatmaps, gaps, curves, Venn per category, and the seed curves
+    assert all((report.parent / link).is_file() for link in links)
+    for stage in study.STAGES[:-1]:
+        assert f"| {stage} |" in text  # the cost table has every stage that ran before it
+
+
+@pytest.mark.slow
+def test_a_rerun_does_nothing_new(finished):
+    out, _, _ = finished
+    before = (out / "timings.jsonl").read_text()
+    marker = out / "eval/C/rl-seed0/done.json"
+    stamp = marker.stat().st_mtime_ns
+    outcome = study.run(["all", "--out", str(out)])  # the stored profile
+    assert all(units == [] for units in outcome.ran.values())
+    assert (out / "timings.jsonl").read_text() == before
+    assert marker.stat().st_mtime_ns == stamp
+    outcome = study.run(["compare", "--out", str(out), *SLICE])  # the same profile again
+    assert outcome.ran["compare"] == []
+
+
+@pytest.mark.slow
+def test_lost_work_is_redone_without_duplicates(finished):
+    out, _, _ = finished
+    run_dir = out / "eval/C/rl-seed0"
+    results = run_dir / "results.jsonl"
+    original = _lines(results)
+    # An interrupted evaluation: its last chunk (one task) never reached the file.
+    last = max(r["chunk"] for r in original)
+    kept = [json.dumps(r) for r in original if r["chunk"] != last]
+    results.write_text("".join(line + "\n" for line in kept))
+    (run_dir / "done.json").unlink()
+    outcome = study.run(["eval-trained", "--out", str(out)])
+    assert outcome.ran["eval-trained"] == ["C/rl-s0"]
+    assert _lines(results) == original  # the same samples, each once
+    assert json.loads((run_dir / "done.json").read_text())["chunks_run"] == 1
+    # A training run whose marker was lost resumes from its final checkpoint: no new steps.
+    train_dir = out / "train/grpo/B/seed0"
+    metrics = (train_dir / "metrics.jsonl").read_text()
+    checkpoints = sorted(p.name for p in train_dir.glob("checkpoint-*"))
+    (train_dir / "done.json").unlink()
+    assert study.run(["train", "--out", str(out)]).ran["train"] == ["grpo/B/s0"]
+    assert (train_dir / "metrics.jsonl").read_text() == metrics
+    assert sorted(p.name for p in train_dir.glob("checkpoint-*")) == checkpoints
+    assert json.loads((train_dir / "done.json").read_text())["steps"] == 1
+
+
+# ---------------------------------------------------------------------- bad input
+
+
+def test_unknown_stage_profile_category_and_key(tmp_path, capsys):
+    out = str(tmp_path / "s")
+    with pytest.raises(SystemExit):
+        study.run(["evaluate", "--out", out, "--profile", "tiny"])
+    assert "invalid choice: 'evaluate'" in capsys.readouterr().err
+    with pytest.raises(StudyError, match=r"Unknown profile 'tiy'\. Did you mean 'tiny'"):
+        study.run(["splits", "--out", out, "--profile", "tiy"])
+    with pytest.raises(StudyError, match=r"\['D'\] not among the profile's categories"):
+        study.run(["splits", "--out", out, "--profile", "tiny", "--categories", "A,D"])
+    with pytest.raises(StudyError, match=r"unknown key 'nn'.*did you mean 'n'"):
+        study.run(["splits", "--out", out, "--profile", "tiny", "--set", "eval.nn=3"])
+    with pytest.raises(StudyError, match="seed are set by the pipeline"):
+        study.run(["splits", "--out", out, "--profile", "tiny", "--set", "grpo.seed=3"])
+    with pytest.raises(StudyError, match=r"grpo.*group_size must be >= 2"):
+        study.run(["splits", "--out", out, "--profile", "tiny", "--set", "grpo.group_size=1"])
+    with pytest.raises(StudyError, match="holds no study yet"):
+        study.run(["splits", "--out", out])
+
+
+def test_a_folder_keeps_its_profile_and_stages_keep_their_order(tmp_path, capsys):
+    out = str(tmp_path / "s")
+    args = ["--out", out, "--profile", "tiny", "--limit-eval", "2", "--limit-train", "2"]
+    assert study.run(["splits", *args, "--categories", "B"]).ran["splits"] == ["B"]
+    assert _ids(tmp_path / "s/splits/B/eval.txt") == [
+        "syn-comparison-000000",
+        "syn-comparison-000001",
+    ]
+    with pytest.raises(StudyError, match=r"another profile.*limit_eval: 2 -> 3"):
+        study.run(["splits", "--out", out, "--profile", "tiny", "--limit-eval", "3"])
+    with pytest.raises(StudyError, match=r"limit_eval: 2 -> 3"):
+        study.run(["splits", "--out", out, "--limit-eval", "3"])  # checked against the stored
+    with pytest.raises(StudyError, match=r"needs .*base.*run `python .*study.py base --out"):
+        study.run(["eval-base", "--out", out, "--categories", "B"])
+    with pytest.raises(StudyError, match=r"splits.*has not finished"):
+        study.run(["eval-base", "--out", out, "--categories", "A"])
+    with pytest.raises(StudyError, match=r"--only 'B/rl': no such unit.*B/base"):
+        study.run(["eval-base", "--out", out, "--categories", "B", "--only", "B/rl"])
+    with pytest.raises(StudyError, match="fewer than limit_eval"):
+        one_task = "env.B.kwargs.source_options={num_tasks = 1}"
+        study.run(["splits", "--out", str(tmp_path / "t"), "--profile", "tiny", "--set", one_task])
+
+
+@pytest.mark.slow
+def test_a_failing_unit_fails_the_stage_with_its_log(tmp_path):
+    profile = tmp_path / "broken.toml"
+    text = (STUDY_DIR / "profiles" / "tiny.toml").read_text()
+    profile.write_text(re.sub(r"\npretrain = .*\n", '\nmodel = "/no/such/model"\n', text))
+    args = ["--out", str(tmp_path / "s"), "--profile", str(profile), "--limit-eval", "1"]
+    study.run(["splits", *args, "--limit-train", "1", "--categories", "B,C"])
+    study.run(["base", *args, "--limit-train", "1"])
+    with pytest.raises(StudyError, match=r"failed: .*B/base \(exit 1, log .*B_base\.log\)"):
+        study.run(["eval-base", *args, "--limit-train", "1", "--categories", "B,C", "--jobs", "2"])
+    log = tmp_path / "s/logs/eval-base/B_base.log"
+    assert "/no/such/model" in log.read_text()
+    assert not (tmp_path / "s/eval/B/base/done.json").exists()
+    shutil.rmtree(tmp_path / "s")
