@@ -267,26 +267,35 @@ class HFPolicy:
         ``max_new_tokens`` (``finish_reason="length"``). ``logprobs[i]`` is the log-probability
         of ``token_ids[i]`` under the distribution it was sampled from.
         """
-        torch = self._torch
-        for i, prompt in enumerate(prompts):
-            if len(prompt) == 0:
-                raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
-        generator = torch.Generator(device=self.device)
-        if params.seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(params.seed)
+        generator = self._start(prompts, params)
         per_chunk = max(1, self.batch_size // params.n)
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode():
+            with self._torch.inference_mode():
                 rows: list[_Row] = []
                 for start in range(0, len(prompts), per_chunk):
                     chunk = [list(p) for p in prompts[start : start + per_chunk]]
                     rows.extend(self._decode_chunk(chunk, params, generator))
         finally:
             self.model.train(was_training)
+        return self._completions(rows)
+
+    # ------------------------------------------------------------------ decoding internals
+
+    def _start(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> Any:
+        """Check the prompts; the generator every row of this call samples from."""
+        for i, prompt in enumerate(prompts):
+            if len(prompt) == 0:
+                raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+        generator = self._torch.Generator(device=self.device)
+        if params.seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(params.seed)
+        return generator
+
+    def _completions(self, rows: Sequence[_Row]) -> list[Completion]:
         return [
             Completion(
                 text=self.decode(row.ids),
@@ -296,8 +305,6 @@ class HFPolicy:
             )
             for row in rows
         ]
-
-    # ------------------------------------------------------------------ decoding internals
 
     def _forward(self, input_ids: Any, attention_mask: Any, positions: Any, cache: Any) -> Any:
         """Next-token logits ``(B, V)`` in float32; ``cache`` is extended in place."""

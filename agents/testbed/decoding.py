@@ -350,14 +350,7 @@ class LeanPolicy(HFPolicy):
         if self.fallback_reason is not None:
             return super().generate_ids(prompts, params)
         torch = self._torch
-        for i, prompt in enumerate(prompts):
-            if len(prompt) == 0:
-                raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
-        generator = torch.Generator(device=self.device)
-        if params.seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(params.seed)
+        generator = self._start(prompts, params)
         version = weights_version(self.model)
         if self._net is None or self._store is None or self._store.version != version:
             self._net, self._store = _Net(self.model), _PrefixStore(version)
@@ -370,15 +363,7 @@ class LeanPolicy(HFPolicy):
                 rows.extend(self._lean_chunk(chunk, params, generator, store))
         store.freeze()
         self._store = store if self.prefix_cache else _PrefixStore(version)
-        return [
-            Completion(
-                text=self.decode(row.ids),
-                token_ids=tuple(row.ids),
-                logprobs=tuple(row.logprobs),
-                finish_reason="length" if row.finish_reason == "length" else "stop",
-            )
-            for row in rows
-        ]
+        return self._completions(rows)
 
     # ------------------------------------------------------------------ internals
 

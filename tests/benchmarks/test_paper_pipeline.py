@@ -230,3 +230,33 @@ def test_a_failing_unit_fails_the_stage_with_its_log(tmp_path):
     assert "/no/such/model" in log.read_text()
     assert not (tmp_path / "s/eval/B/base/done.json").exists()
     shutil.rmtree(tmp_path / "s")
+
+
+def test_paper_profile_splits_real_files_into_matched_disjoint_parts(tmp_path):
+    data = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    hotpot = data / "hotpotqa_dev_distractor_subset.json"
+    args = [
+        "--out", str(tmp_path / "s"), "--profile", "paper", "--limit-eval", "10",
+        "--limit-train", "20", "--set", f"env.A.kwargs.path={json.dumps(str(data / 'math500.jsonl'))}",
+        "--set", f"env.B.kwargs.path={json.dumps(str(hotpot))}",
+        "--set", f"env.C.kwargs.path={json.dumps(str(hotpot))}",
+    ]  # fmt: skip
+    assert study.run(["splits", *args]).ran["splits"] == list(CATS)
+    import gymnasium as gym
+
+    import passkt.envs  # noqa: F401
+
+    for cat, env_id in zip(CATS, ("Math-v0", "ComparisonQA-v0", "BridgeQA-v0"), strict=True):
+        eval_ids = _ids(tmp_path / f"s/splits/{cat}/eval.txt")
+        train_ids = _ids(tmp_path / f"s/splits/{cat}/train.txt")
+        assert (len(eval_ids), len(train_ids)) == (10, 20)
+        path = str(data / "math500.jsonl") if cat == "A" else str(hotpot)
+        source = "math500" if cat == "A" else "hotpotqa"
+        questions = {}
+        for split, ids in (("test", eval_ids), ("train", train_ids)):
+            env = gym.make(env_id, source=source, path=path, split=split)
+            by_id = {t.task_id: t for t in env.unwrapped.tasks}
+            env.close()
+            assert set(ids) <= set(by_id), f"{cat} {split}: ids not in the file's {split} split"
+            questions[split] = {by_id[i].question for i in ids}
+        assert not questions["test"] & questions["train"]
