@@ -65,13 +65,24 @@ def _new_figure(width: float, height: float, **kwargs: object) -> Figure:
     return fig
 
 
+DENSE_KS = 12
+"""A k grid with more points than this is drawn as a line without markers, ticked at powers of
+two (e.g. k = 1..64)."""
+
+
+def _marker(ks: Sequence[int]) -> str | None:
+    return "o" if len(ks) <= DENSE_KS else None
+
+
 def _log2_k_axis(ax, ks: Sequence[int]) -> None:
     ks = sorted(set(ks))
+    lo, hi = ks[0], ks[-1]
+    if len(ks) > DENSE_KS:
+        ks = [k for k in ks if k & (k - 1) == 0 or k == hi]
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(ks))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([str(k) for k in ks])
-    lo, hi = ks[0], ks[-1]
     ax.set_xlim(lo / 1.25, hi * 1.25) if hi > lo else ax.set_xlim(lo / 2, lo * 2)
     if len(ks) > 8:
         ax.tick_params(axis="x", labelsize=7, labelrotation=45)
@@ -187,7 +198,9 @@ def figure_pass_curves(
             if t not in surf.budgets:
                 continue
             j, color = surf.budgets.index(t), RUN_COLORS[r % len(RUN_COLORS)]
-            ax.plot(surf.ks, surf.values[:, j], marker="o", ms=3.5, color=color, label=name)
+            ax.plot(
+                surf.ks, surf.values[:, j], marker=_marker(surf.ks), ms=3.5, color=color, label=name
+            )
             if ci is not None:
                 ax.fill_between(surf.ks, ci.lower[:, j], ci.upper[:, j], color=color, alpha=0.2)
         ax.set_title(f"T = {t}", fontsize=10)
@@ -253,7 +266,7 @@ def figure_gap(
             alpha=0.25,
             label=f"{cmp.level:.0%} paired CI",
         )
-        ax.plot(cmp.ks, cmp.gap[:, j], marker="o", ms=3.5, color="C0", label="gap")
+        ax.plot(cmp.ks, cmp.gap[:, j], marker=_marker(cmp.ks), ms=3.5, color="C0", label="gap")
         cross = cmp.crossovers[j]
         if cross.k is not None:
             ax.axvline(cross.k, color="C3", ls="--", lw=1.0, label="crossover")

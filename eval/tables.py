@@ -67,6 +67,18 @@ def _csv(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return buffer.getvalue()
 
 
+MAX_MARKDOWN_KS = 12
+"""Markdown tables show at most about this many k columns; CSV and JSON keep every k."""
+
+
+def markdown_k_columns(ks: Sequence[int]) -> list[int]:
+    """Indices of the k columns a Markdown table shows: all of a short grid; of a dense one
+    (e.g. k = 1..64) the powers of two and the last k, so the table stays readable."""
+    if len(ks) <= MAX_MARKDOWN_KS:
+        return list(range(len(ks)))
+    return [i for i, k in enumerate(ks) if k & (k - 1) == 0 or i == len(ks) - 1]
+
+
 def _grid_markdown(
     ks: Sequence[int],
     budgets: Sequence[int],
@@ -76,7 +88,8 @@ def _grid_markdown(
     digits: int,
     sign: bool = False,
 ) -> str:
-    header = ["T \\ k", *(str(k) for k in ks)]
+    shown = markdown_k_columns(ks)
+    header = ["T \\ k", *(str(ks[i]) for i in shown)]
     rows = []
     for j, t in enumerate(budgets):
         cells = [
@@ -87,7 +100,7 @@ def _grid_markdown(
                 digits,
                 sign,
             )
-            for i in range(len(ks))
+            for i in shown
         ]
         rows.append([str(t), *cells])
     return _markdown(header, rows)

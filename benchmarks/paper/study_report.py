@@ -86,6 +86,12 @@ def _spread(values: list[float | None], digits: int = 3, signs: bool = False) ->
 # ---------------------------------------------------------------------- overview
 
 
+def _k_grid(ks: tuple[int, ...]) -> str:
+    """``1..64`` for every k up to n, else the list."""
+    every = len(ks) > 2 and list(ks) == list(range(1, ks[-1] + 1))
+    return f"1..{ks[-1]}" if every else str(list(ks))
+
+
 def _overview(study: Study) -> str:
     p = study.profile
     ev = p["eval"]
@@ -103,7 +109,7 @@ def _overview(study: Study) -> str:
         f"- Base policy: {what}; SFT (expert trajectories) and GRPO trained from it per category "
         f"and seed on the same {p['limit_train']} training problems.",
         f"- Evaluation: {p['limit_eval']} problems per category, n = {ev['n']} samples per "
-        f"(problem, T), T in {ev['budgets']} (math: T = 0 only), k in {list(study.ks())}, "
+        f"(problem, T), T in {ev['budgets']} (math: T = 0 only), k in {_k_grid(study.ks())}, "
         f"temperature {ev['temperature']}, backend `{ev['backend']}`.",
         f"- Categories: {', '.join(f'{c} ({study.env(c)[0]})' for c in study.categories)}; "
         f"training seeds: {', '.join(map(str, study.seeds))}.",

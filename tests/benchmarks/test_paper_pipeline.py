@@ -235,9 +235,10 @@ def test_a_failing_unit_fails_the_stage_with_its_log(tmp_path):
 def test_paper_profile_splits_real_files_into_matched_disjoint_parts(tmp_path):
     data = Path(__file__).resolve().parents[2].parent / "shared" / "data"
     hotpot = data / "hotpotqa_dev_distractor_subset.json"
+    math500 = json.dumps(str(data / "math500.jsonl"))
     args = [
         "--out", str(tmp_path / "s"), "--profile", "paper", "--limit-eval", "10",
-        "--limit-train", "20", "--set", f"env.A.kwargs.path={json.dumps(str(data / 'math500.jsonl'))}",
+        "--limit-train", "20", "--set", f"env.A.kwargs.path={math500}",
         "--set", f"env.B.kwargs.path={json.dumps(str(hotpot))}",
         "--set", f"env.C.kwargs.path={json.dumps(str(hotpot))}",
     ]  # fmt: skip

@@ -107,6 +107,18 @@ def test_pass_curves_content_and_files(tmp_path: Path, runs: dict) -> None:
         figure_pass_curves(selected, budgets=[4])
 
 
+def test_dense_k_grids_are_ticked_at_powers_of_two_without_markers(runs: dict) -> None:
+    table = runs["base"][0]
+    dense = surface(table, tuple(range(1, 17)))  # every k: 16 points per curve
+    fig = figure_pass_curves({"base": dense}, budgets=[5])
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8", "16"]
+    (line,) = ax.lines
+    assert list(line.get_xdata()) == list(range(1, 17)) and line.get_marker() in (None, "None")
+    sparse = figure_pass_curves({"base": runs["base"][1]}, budgets=[5])
+    assert next(a for a in sparse.axes if a.get_visible()).lines[0].get_marker() == "o"
+
+
 def test_gap_plot_marks_zero_and_crossover(tmp_path: Path, runs: dict) -> None:
     cmp = compare(runs["base"][0], runs["rl"][0], n_boot=200)
     fig = figure_gap(cmp)

@@ -18,6 +18,7 @@ from passkt.eval.tables import (
     comparison_csv,
     comparison_json,
     comparison_markdown,
+    markdown_k_columns,
     surface_csv,
     surface_json,
     surface_markdown,
@@ -60,6 +61,24 @@ def test_surface_markdown_cells(runs: tuple[OutcomeTable, OutcomeTable]) -> None
     plain = _markdown_rows(surface_markdown(surf))
     assert plain[2][1] == f"{surf.values[0, 0]:.3f}"
     assert "30 problems, n = 8" in surface_markdown(surf)
+
+
+def test_dense_k_grids_show_powers_of_two_in_markdown_and_every_k_in_csv(runs) -> None:
+    assert markdown_k_columns([1, 2, 3, 4]) == [0, 1, 2, 3]  # short grids are shown whole
+    ks = tuple(range(1, 9))  # n = 8, every k
+    surf = surface(runs[0], ks)
+    rows = _markdown_rows(surface_markdown(surf))
+    assert rows[0] == ["T \\ k", "1", "2", "3", "4", "5", "6", "7", "8"]  # still short
+    dense = tuple(range(1, 65))
+    assert [dense[i] for i in markdown_k_columns(dense)] == [1, 2, 4, 8, 16, 32, 64]
+    assert [dense[i] for i in markdown_k_columns(dense[:50])] == [1, 2, 4, 8, 16, 32, 50]
+    wide = _run("wide", np.full(5, 0.5), 3, n=64)
+    surf = surface(wide, dense)
+    rows = _markdown_rows(surface_markdown(surf))
+    assert rows[0] == ["T \\ k", "1", "2", "4", "8", "16", "32", "64"]
+    assert rows[2][3] == f"{surf.values[dense.index(4), 0]:.3f}"  # column k = 4 holds pass@4
+    header = next(csv.reader(io.StringIO(surface_csv(surf))))
+    assert len([h for h in header if h.startswith("pass@")]) == 64
 
 
 def test_surface_csv_and_json_round_trip(runs: tuple[OutcomeTable, OutcomeTable]) -> None:
