@@ -174,7 +174,10 @@ def _unpack_runs(runs: Mapping[str, RunInput]) -> list[tuple[str, Surface, Surfa
 
 
 def figure_pass_curves(
-    runs: Mapping[str, RunInput], budgets: Sequence[int] | None = None, title: str | None = None
+    runs: Mapping[str, RunInput],
+    budgets: Sequence[int] | None = None,
+    title: str | None = None,
+    colors: Mapping[str, str] | None = None,
 ) -> Figure:
     """pass@k against k (log2 axis), one panel per T, one colour per run, CI bands shaded.
 
@@ -182,6 +185,8 @@ def figure_pass_curves(
         runs: Run name -> ``(Surface, SurfaceCI or None)`` (or just a ``Surface``).
         budgets: Budgets to draw (one panel each); default every budget of any run.
         title: Figure title.
+        colors: Run name -> a matplotlib colour (e.g. shades of one hue for the seeds of one
+            method); runs not named get the default cycle.
     """
     unpacked = _unpack_runs(runs)
     all_budgets = sorted({t for _, s, _ in unpacked for t in s.budgets})
@@ -197,7 +202,8 @@ def figure_pass_curves(
         for r, (name, surf, ci) in enumerate(unpacked):
             if t not in surf.budgets:
                 continue
-            j, color = surf.budgets.index(t), RUN_COLORS[r % len(RUN_COLORS)]
+            j = surf.budgets.index(t)
+            color = (colors or {}).get(name, RUN_COLORS[r % len(RUN_COLORS)])
             ax.plot(
                 surf.ks, surf.values[:, j], marker=_marker(surf.ks), ms=3.5, color=color, label=name
             )
@@ -231,9 +237,10 @@ def plot_pass_curves(
     path: str | Path,
     budgets: Sequence[int] | None = None,
     title: str | None = None,
+    colors: Mapping[str, str] | None = None,
 ) -> tuple[Path, Path]:
     """Draw :func:`figure_pass_curves` and write it as PNG and SVG; returns both paths."""
-    return save_figure(figure_pass_curves(runs, budgets, title), path)
+    return save_figure(figure_pass_curves(runs, budgets, title, colors), path)
 
 
 # ---------------------------------------------------------------------- gap curves

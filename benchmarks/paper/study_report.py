@@ -261,14 +261,24 @@ def _seed_figure(study: Study, cat: str) -> str:
     t_max = max(study.budgets(cat))
     folders = [study.eval_dir(cat, "base")]
     folders += [study.eval_dir(cat, r, s) for r in ("rl", "sft") for s in study.seeds]
-    curves = {}
+    curves, colors = {}, {}
+    shades = {"RL": ("#e6550d", "#fd8d3c", "#a63603"), "SFT": ("#3182bd", "#6baed6", "#08519c")}
     for folder in folders:
         _, table = load_run(folder)
         surf = surface(table.select_budgets([t_max]), study.ks())
         ci = bootstrap_surface(surf, n_boot=study.profile["stats"]["n_boot"])
         curves[table.name] = (surf, ci)
+        role, _, seed = table.name.partition(" s")
+        colors[table.name] = (
+            shades[role][int(seed) % 3] if role in shades and seed.isdigit() else "black"
+        )
     target = study.report_dir / "figures" / cat / "seeds"
-    plot_pass_curves(curves, target)
+    plot_pass_curves(
+        curves,
+        target,
+        title=f"pass@k at T = {t_max}: base, SFT (blues), RL (oranges)",
+        colors=colors,
+    )
     link = Path("figures", cat, "seeds.png").as_posix()
     return f"\n![pass@k at T = {t_max}, every seed]({link})\n"
 

@@ -115,6 +115,12 @@ def test_dense_k_grids_are_ticked_at_powers_of_two_without_markers(runs: dict) -
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8", "16"]
     (line,) = ax.lines
     assert list(line.get_xdata()) == list(range(1, 17)) and line.get_marker() in (None, "None")
+    colored = figure_pass_curves(
+        {"base": dense, "rl": runs["rl"][1]}, budgets=[5], colors={"rl": "#e6550d"}
+    )
+    base_line, rl_line = next(a for a in colored.axes if a.get_visible()).lines
+    assert matplotlib.colors.to_hex(rl_line.get_color()) == "#e6550d"  # as asked
+    assert matplotlib.colors.to_hex(base_line.get_color()) != "#e6550d"  # the default cycle
     sparse = figure_pass_curves({"base": runs["base"][1]}, budgets=[5])
     assert next(a for a in sparse.axes if a.get_visible()).lines[0].get_marker() == "o"
 
