@@ -14,6 +14,7 @@ import sys
 import typing
 from typing import Any, Literal
 
+from passkt.agents.testbed.model import MODEL_SIZES
 from passkt.agents.testbed.pretrain import PretrainConfig
 from passkt.agents.train.cli import _converter as train_converter
 from passkt.agents.train.config import field_docs
@@ -67,6 +68,8 @@ def add_parser(subparsers: Any) -> None:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(kind) is Literal:
             kwargs["choices"] = typing.get_args(kind)
+        elif f.name == "size":
+            kwargs["choices"] = tuple(MODEL_SIZES)
         else:
             kwargs.update(type=_converter(kind, f.name), metavar=f.name.upper())
         parser.add_argument(flag, **kwargs)
