@@ -362,23 +362,16 @@ def stage_units(study: Study, stage: str) -> list[Unit]:
             for s in seeds
             for m in study.methods()
         ]
-    if stage == "compare":
+    if stage in ("compare", "analyze"):
+        folder, make = {
+            "compare": (study.compare_dir, make_comparison),
+            "analyze": (study.analysis_dir, make_analysis),
+        }[stage]
         return [
             Unit(
                 f"{c}/s{s}",
-                study.compare_dir(c, s),
-                lambda c=c, s=s: make_comparison(study, c, s),
-                _eval_needs(study, c, s),
-            )
-            for c in cats
-            for s in seeds
-        ]
-    if stage == "analyze":
-        return [
-            Unit(
-                f"{c}/s{s}",
-                study.analysis_dir(c, s),
-                lambda c=c, s=s: make_analysis(study, c, s),
+                folder(c, s),
+                lambda c=c, s=s, make=make: make(study, c, s),
                 _eval_needs(study, c, s),
             )
             for c in cats
