@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
+from shared_data import DATA, reason
 
 from passkt.envs.retrieval import (
     BM25sRetriever,
@@ -19,7 +19,6 @@ from passkt.envs.retrieval import (
 )
 from passkt.envs.tasks import Paragraph, Task
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 HOTPOT = DATA / "hotpotqa_dev_distractor_subset.json"
 BACKENDS = [RankBM25Retriever, BM25sRetriever]
 
@@ -163,7 +162,7 @@ def _same_ranking(expected: list[Hit], got: list[Hit]) -> bool:
     return True
 
 
-@pytest.mark.skipif(not HOTPOT.exists(), reason=f"needs {HOTPOT} (the shared data folder)")
+@pytest.mark.skipif(not HOTPOT.exists(), reason=reason(HOTPOT))
 def test_backends_agree_on_real_per_task_corpora() -> None:
     for paragraphs, queries in _hotpot_corpora(150):
         reference, fast = RankBM25Retriever(paragraphs), BM25sRetriever(paragraphs)
@@ -172,7 +171,7 @@ def test_backends_agree_on_real_per_task_corpora() -> None:
             assert _same_ranking(expected, got), query
 
 
-@pytest.mark.skipif(not HOTPOT.exists(), reason=f"needs {HOTPOT} (the shared data folder)")
+@pytest.mark.skipif(not HOTPOT.exists(), reason=reason(HOTPOT))
 def test_backends_agree_on_a_global_corpus() -> None:
     corpora = _hotpot_corpora(487)
     tasks = [Task(str(i), "bridge", "q", "a", paragraphs=p) for i, (p, _) in enumerate(corpora)]

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_data import DATA as DATA_DIR
+from shared_data import reason
 
 from passkt.envs.errors import DatasetFormatError, MissingDependencyError
 from passkt.envs.scoring import number_equal
@@ -19,7 +21,6 @@ from passkt.envs.sources.math_data import load_gsm8k, load_math500
 from passkt.envs.tasks import Paragraph
 from passkt.envs.tasks import load_tasks as load_registered
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 SUBSET = DATA_DIR / "hotpotqa_dev_distractor_subset.json"
 SAMPLE = DATA_DIR / "hotpotqa_sample.json"
 MATH500 = DATA_DIR / "math500.jsonl"
@@ -28,7 +29,7 @@ GSM8K = DATA_DIR / "gsm8k_sample.jsonl"
 
 def _need(path: Path) -> Path:
     if not path.is_file():
-        pytest.skip(f"shared data not found: {path}")
+        pytest.skip(reason(path))
     return path
 
 
