@@ -206,34 +206,52 @@ def require(
 _DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
 
 
+def _name(title: str) -> str:
+    """A title as a name: HTML unescaped, lowercase, without a trailing ``(disambiguation)``."""
+    return _DISAMBIGUATION.sub("", html.unescape(title)).strip().lower()
+
+
 def _mentions(text: str, title: str) -> bool:
     """Whether ``text`` names ``title`` (minus a trailing ``(disambiguation)``) as whole words."""
-    name = _DISAMBIGUATION.sub("", html.unescape(title)).strip().lower()
+    name = _name(title)
     if not name:
         return False
     pattern = r"(?<!\w)" + re.escape(name) + r"(?!\w)"
     return re.search(pattern, html.unescape(text).lower()) is not None
 
 
+def _answer_name(answer: str) -> str:
+    """The answer as a name to look for: without surrounding quotes, spaces and end punctuation."""
+    return html.unescape(answer).strip().strip("\"'“”‘’.,;:!? ").strip()
+
+
 def order_bridge_titles(
-    question: str, titles: Sequence[str], texts: Mapping[str, str]
+    question: str, titles: Sequence[str], texts: Mapping[str, str], answer: str | None = None
 ) -> tuple[tuple[str, ...], str]:
     """Order the two gold titles of a bridge question as a sequential solver needs them.
 
-    The first hop is the paragraph that names the bridge entity, i.e. the other gold title. The
-    rule, first decisive step wins:
+    The chain ends at the answer: the paragraph that holds it is the last hop, unless the
+    question names that paragraph (then the solver may start there). Otherwise the first hop is
+    the paragraph that names the bridge entity, i.e. the other gold title. The rule, first
+    decisive step wins:
 
-    1. ``mention``: exactly one of the two paragraphs names the other's title -> it goes first.
-    2. ``question``: exactly one title is named in the question -> it goes first.
-    3. ``supporting_facts``: otherwise keep the order of the supporting facts.
+    1. ``answer_title``: the answer is one of the two titles -> it goes last (so the expert
+       never searches the answer itself before the last hop).
+    2. ``answer``: exactly one paragraph contains the answer, and the question does not name
+       that paragraph -> it goes last.
+    3. ``mention``: exactly one of the two paragraphs names the other's title -> it goes first.
+    4. ``question``: exactly one title is named in the question -> it goes first.
+    5. ``supporting_facts``: otherwise keep the order of the supporting facts.
 
     Names are matched case-insensitively as whole words, without a trailing ``(...)``
     disambiguation, after unescaping HTML entities. Other than two titles: kept as given.
+    Without ``answer`` steps 1-2 are skipped (the rule before they were added).
 
     Args:
         question: The question text.
         titles: The distinct supporting-fact titles, in supporting-fact order.
         texts: Paragraph text by title.
+        answer: The gold answer.
 
     Returns:
         The ordered titles and the name of the step that decided.
@@ -241,6 +259,15 @@ def order_bridge_titles(
     if len(titles) != 2:
         return tuple(titles), "supporting_facts"
     first, second = titles
+    answer = _answer_name(answer or "")
+    if answer:
+        is_answer = [_name(title) == answer.lower() for title in titles]
+        if is_answer[0] != is_answer[1]:
+            return ((second, first) if is_answer[0] else (first, second)), "answer_title"
+        holds = [_mentions(texts[t], answer) and not _mentions(question, t) for t in titles]
+        held = [_mentions(texts[t], answer) for t in titles]
+        if held[0] != held[1] and holds[0] != holds[1]:
+            return ((second, first) if holds[0] else (first, second)), "answer"
     first_names = _mentions(texts[first], second)
     second_names = _mentions(texts[second], first)
     if first_names != second_names:
@@ -356,7 +383,7 @@ def parse_record(record: Any, label: str, origin: str, split: str) -> Task:
     facts = _supporting_facts(record, where, dict(context))
     titles = tuple(dict.fromkeys(title for title, _ in facts))
     if question_type == "bridge":
-        gold_titles, rule = order_bridge_titles(question, titles, texts)
+        gold_titles, rule = order_bridge_titles(question, titles, texts, answer)
     else:
         gold_titles, rule = titles, "supporting_facts"
     return Task(
