@@ -22,6 +22,10 @@ class DatasetFormatError(PassktError, ValueError):
         super().__init__(f"{path}: record {record}: key {key!r}: {problem}")
 
 
+class DatasetUnavailableError(PassktError, FileNotFoundError):
+    """A hub dataset that could not be loaded (no network, unknown name); says how to get it."""
+
+
 class UnknownTaskError(PassktError, KeyError):
     """A ``task_id`` that the env's task list does not contain."""
 
