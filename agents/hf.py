@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from passkt.agents.policy import Completion, Conversation, SamplingParams
+from passkt.envs.errors import ModelUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -425,9 +426,12 @@ def _load_model(folder: str | Path, device: str, dtype: str, trust_remote_code: 
             folder, trust_remote_code=trust_remote_code, **{dtype_kwarg: torch_dtype}
         )
     except OSError as e:
-        raise OSError(
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelUnavailableError(
             f"could not load model {str(folder)!r}: it is not a local checkpoint folder and "
-            f"loading it from the Hugging Face Hub failed ({e})"
+            f"loading it from the Hugging Face Hub failed ({reason}). Without network, download "
+            f"it once where there is network (huggingface-cli download {folder}) and set "
+            "HF_HUB_OFFLINE=1, or pass hf:PATH of a local checkpoint folder"
         ) from e
     return model.to(device).eval()
 

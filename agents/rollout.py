@@ -272,6 +272,7 @@ def rollout(
     bar = tqdm(total=len(mains), desc="episodes", disable=not progress, leave=False)
     round_index = 0
     while live:
+        bar.set_postfix_str(f"round {round_index + 1}, {len(live)} live", refresh=True)
         round_params = replace(params, seed=_seed_for(seed, round_index))
         started = time.perf_counter()
         completions = _generate(policy, live, chat, round_params, token_policy)

@@ -49,9 +49,10 @@ from passkt.envs.errors import MissingDependencyError, PassktError
 from passkt.envs.retrieval import (
     MAX_QUERY_TOKENS,
     Hit,
-    _top_k,
     bm25s_matrix,
     global_corpus,
+    rank,
+    title_key,
     tokenize,
 )
 from passkt.envs.tasks import Paragraph, Task
@@ -449,15 +450,19 @@ class Corpus:
 
     def indices_of(self, title: str) -> tuple[int, ...]:
         """Positions of every paragraph titled ``title`` (several when titles repeat)."""
+        return tuple(i for i in self._titled(title) if self._paragraphs[i].title == title)
+
+    def _titled(self, text: str) -> tuple[int, ...]:
+        """Positions of the paragraphs whose ``title_key`` is ``text``'s (built on first use)."""
         if self._by_title is None:
             by_title: dict[str, list[int]] = {}
             for i, paragraph in enumerate(self._paragraphs):
-                by_title.setdefault(paragraph.title, []).append(i)
+                by_title.setdefault(title_key(paragraph.title), []).append(i)
             self._by_title = {t: tuple(ids) for t, ids in by_title.items()}
-        return self._by_title.get(title, ())
+        return self._by_title.get(title_key(text), ())
 
     def search(self, query: str, k: int) -> list[Hit]:
-        """The top ``k`` paragraphs by bm25s' score; ties in corpus order; positive scores only.
+        """The top ``k`` paragraphs: an exact title match first, then bm25s' positive scores.
 
         Args:
             query: Free text, tokenized like the paragraphs.
@@ -469,13 +474,12 @@ class Corpus:
         if self.manifest.method == "robertson":  # idf 0 where df >= N / 2: adds nothing
             n, indptr = self.manifest.num_docs, self._indptr
             ids = [i for i in ids if 2 * (int(indptr[i + 1]) - int(indptr[i])) < n]
-        if not ids:
-            return []
-        scores = self._index.get_scores_from_ids(ids)
+        n_docs = len(self._paragraphs)
+        scores = self._index.get_scores_from_ids(ids) if ids else np.zeros(n_docs)
         hits = []
-        for i in _top_k(scores, k):
-            paragraph = self._paragraphs[int(i)]
-            hits.append(Hit(paragraph.title, paragraph.text, float(scores[i]), int(i)))
+        for i in rank(scores, k, self._titled(query)):
+            paragraph = self._paragraphs[i]
+            hits.append(Hit(paragraph.title, paragraph.text, float(scores[i]), i))
         return hits
 
 

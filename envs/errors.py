@@ -22,6 +22,14 @@ class DatasetFormatError(PassktError, ValueError):
         super().__init__(f"{path}: record {record}: key {key!r}: {problem}")
 
 
+class DatasetUnavailableError(PassktError, FileNotFoundError):
+    """A hub dataset that could not be loaded (no network, unknown name); says how to get it."""
+
+
+class ModelUnavailableError(PassktError, OSError):
+    """A model that could not be loaded (no such folder, no network for a hub id)."""
+
+
 class UnknownTaskError(PassktError, KeyError):
     """A ``task_id`` that the env's task list does not contain."""
 

@@ -29,9 +29,17 @@ ties, for every query none of whose words occurs in more than half the documents
 which is why the per-task setting keeps rank-bm25's variant; on a large corpus only stop words
 cross it.
 
-Every backend ranks by score, then by document index (a stable, deterministic tie-break), and
-returns only documents with a positive score: a query with no known word finds nothing. A user
-plugs in another backend (dense retrieval, another search API) by implementing ``Retriever``.
+Every backend ranks as a search engine over a handful of pages does (``rank``): a paragraph whose
+title is the query (same words, ``title_key``) comes first, then the others by score, ties by
+document index (a stable, deterministic tie-break), then the paragraphs that contain a query word
+but scored 0, as a term-matching engine returns every document with a query term. Why: on a
+10-paragraph corpus a word in exactly half the paragraphs has Okapi idf ``log(1) = 0`` (rank-bm25
+floors only negative idfs), so a search for a gold title such as "Manchester Terrier" scored 0
+everywhere and found nothing, and a title often ranked below paragraphs that repeat it. Positive
+scores and their order are rank-bm25's, unchanged. A paragraph with no query word is never
+returned: in the synthetic world that would hand out a hop nobody searched for and break the
+known minimum depth. A user plugs in another backend (dense
+retrieval, another search API) by implementing ``Retriever``.
 """
 
 from __future__ import annotations
@@ -58,6 +66,8 @@ __all__ = [
     "bm25s_matrix",
     "build_retriever",
     "global_corpus",
+    "rank",
+    "title_key",
     "tokenize",
 ]
 
@@ -109,6 +119,11 @@ class Retriever(Protocol):
         ...
 
 
+def title_key(text: str) -> str:
+    """A title or query as its words (``tokenize``), so "Ed Wood (film)" == "ed wood film"."""
+    return " ".join(tokenize(text))
+
+
 def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the ``k`` highest positive scores; ties broken by the lower index."""
     positive = np.flatnonzero(scores > 0)
@@ -119,6 +134,32 @@ def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
     return positive[order[:k]]
 
 
+def rank(
+    scores: np.ndarray, k: int, first: Sequence[int] = (), matched: np.ndarray | None = None
+) -> list[int]:
+    """The at most ``k`` documents a search returns: ``first``, then by score, then the matched.
+
+    Args:
+        scores: One score per document (``>= 0``); may be empty.
+        k: The most to return.
+        first: Documents that go first whatever their score (the exact title matches), in order.
+        matched: Per document, whether it contains a query word; those that scored 0 (every
+            such word has idf 0) come after the positive scores, by index.
+
+    Returns:
+        Document indices: ``first``, then positive scores best first (ties by lower index), then
+        the matched zero-score documents by index. A document with no query word never comes
+        back: in the synthetic world that would hand out a hop the agent has not searched for.
+    """
+    chosen = list(dict.fromkeys(int(i) for i in first))[:k]
+    taken = set(chosen)
+    chosen += [i for i in map(int, _top_k(scores, k + len(taken))) if i not in taken]
+    if matched is not None and len(chosen) < k:
+        taken = set(chosen)
+        chosen += [i for i in map(int, np.flatnonzero(matched & (scores <= 0))) if i not in taken]
+    return chosen[:k]
+
+
 class _BM25Base:
     """Shared corpus handling and ranking; subclasses provide ``_scores``."""
 
@@ -126,6 +167,9 @@ class _BM25Base:
         self.paragraphs: tuple[Paragraph, ...] = tuple(paragraphs)
         self.k1 = k1
         self.b = b
+        self._titles: dict[str, list[int]] = {}
+        for i, paragraph in enumerate(self.paragraphs):
+            self._titles.setdefault(title_key(paragraph.title), []).append(i)
 
     def _scores(self, query_tokens: list[str]) -> np.ndarray:
         raise NotImplementedError
@@ -133,15 +177,20 @@ class _BM25Base:
     def _vocabulary(self) -> Container[str]:
         raise NotImplementedError
 
+    def _matched(self, query_tokens: list[str]) -> np.ndarray:
+        """Per document, whether it contains one of ``query_tokens``."""
+        raise NotImplementedError
+
     def search(self, query: str, k: int) -> list[Hit]:
-        """The top ``k`` paragraphs for ``query`` (empty if no query word is in the corpus).
+        """The top ``k`` paragraphs for ``query``, ranked by ``rank``.
 
         Args:
             query: Free text; tokenized like the documents.
             k: The most hits to return (``k >= 1``).
 
         Returns:
-            Hits, best first, ties in corpus order.
+            At most ``k`` hits: a paragraph titled ``query`` first, then by BM25 score (ties in
+            corpus order), then paragraphs that contain a query word but scored 0, in order.
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
@@ -149,17 +198,18 @@ class _BM25Base:
             return []
         vocabulary = self._vocabulary()
         tokens = [t for t in tokenize(query) if t in vocabulary][:MAX_QUERY_TOKENS]
-        if not tokens:
-            return []
-        scores = self._scores(tokens)
+        n_docs = len(self.paragraphs)
+        scores = self._scores(tokens) if tokens else np.zeros(n_docs)
+        matched = self._matched(tokens) if tokens else np.zeros(n_docs, dtype=bool)
+        first = self._titles.get(title_key(query), ())
         return [
             Hit(
                 title=self.paragraphs[i].title,
                 text=self.paragraphs[i].text,
                 score=float(scores[i]),
-                doc_index=int(i),
+                doc_index=i,
             )
-            for i in _top_k(scores, k)
+            for i in rank(scores, k, first, matched)
         ]
 
     def __len__(self) -> int:
@@ -188,6 +238,12 @@ class RankBM25Retriever(_BM25Base):
 
     def _vocabulary(self) -> Container[str]:
         return {} if self._bm25 is None else self._bm25.idf
+
+    def _matched(self, query_tokens: list[str]) -> np.ndarray:
+        if self._bm25 is None:
+            return np.zeros(len(self.paragraphs), dtype=bool)
+        found = [any(t in freqs for t in query_tokens) for freqs in self._bm25.doc_freqs]
+        return np.array(found, dtype=bool)
 
     def _scores(self, query_tokens: list[str]) -> np.ndarray:
         if self._bm25 is None:
@@ -259,6 +315,14 @@ class BM25sRetriever(_BM25Base):
 
     def _vocabulary(self) -> Container[str]:
         return self._vocab
+
+    def _matched(self, query_tokens: list[str]) -> np.ndarray:
+        matched = np.zeros(len(self.paragraphs), dtype=bool)
+        for token in query_tokens:
+            column = self._vocab.get(token)
+            if column is not None:
+                matched[self._indices[self._indptr[column] : self._indptr[column + 1]]] = True
+        return matched
 
     def _scores(self, query_tokens: list[str]) -> np.ndarray:
         scores = np.zeros(len(self.paragraphs))

@@ -186,13 +186,24 @@ def _announce(out: Path, finished: int, total: int) -> None:
     print(f"passkt: run directory {out}{resumed}", file=sys.stderr)
 
 
+def _absolute_paths(env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``path=`` / ``corpus=`` that name local files, made absolute: the manifest then finds the
+    data from any folder (a later ``--resume`` or ``passkt report``); hub names stay as given."""
+    out = dict(env_kwargs)
+    for key in ("path", "corpus"):
+        value = out.get(key)
+        if isinstance(value, str) and Path(value).exists():
+            out[key] = str(Path(value).resolve())
+    return out
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from passkt.agents.policy import SamplingParams
     from passkt.agents.specs import parse_spec
     from passkt.eval.evaluate import DEFAULT_BUDGETS, env_info, evaluate
 
     kind, _ = parse_spec(args.policy)
-    env_kwargs = parse_env_kwargs(args.env_kwargs)
+    env_kwargs = _absolute_paths(parse_env_kwargs(args.env_kwargs))
     options = _policy_options(args, kind)
     task_ids = _parse_task_ids(args.task_ids)
     if args.resume and args.out is None:
@@ -309,8 +320,8 @@ def _add_eval(subparsers: Any) -> None:
         "--policy",
         default=DEFAULT_POLICY,
         metavar="SPEC",
-        help="hf:PATH_OR_ID | vllm:ID | openai:URL#MODEL | scripted:oracle | scripted:heuristic "
-        "(default %(default)s)",
+        help="hf:PATH_OR_ID | lean:PATH | vllm:ID | openai:URL#MODEL | scripted:oracle | "
+        "scripted:heuristic (default %(default)s)",
     )
     p.add_argument("--n", type=_positive_int, default=DEFAULT_N, help="samples per (task, T)")
     p.add_argument("--budgets", metavar="T,...", help="T grid (default 0,1,2,3,5; 0 for math envs)")

@@ -81,7 +81,7 @@ def pass_at_k_array(n: int, c: np.ndarray | Sequence[int], k: int) -> np.ndarray
     if counts.size and (counts.min() < 0 or counts.max() > n):
         bad = counts[(counts < 0) | (counts > n)].ravel()[:5].tolist()
         raise ValueError(f"correct counts must satisfy 0 <= c <= n={n}; got {bad}")
-    return -np.expm1(_log_survival_table(n, k)[counts])
+    return 0.0 - np.expm1(_log_survival_table(n, k)[counts])  # 0.0 - 0.0 is +0.0, not -0.0
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -110,6 +110,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         raise ValueError(f"c (correct samples) must satisfy 0 <= c <= n, got c={c}, n={n}")
     if n - c < k:
         return 1.0
+    if c == 0:
+        return 0.0  # -expm1(0) would be -0.0
     i = np.arange(n - c + 1, n + 1, dtype=np.float64)
     return float(-np.expm1(np.sum(np.log1p(-k / i))))
 

@@ -393,8 +393,13 @@ def _run_chunks(
         for chunk, (start, stop) in enumerate(bounds):
             if chunk in skipped:
                 continue
-            result = rollout(
-                policy, env_id, ids[start:stop], seed=chunk_seed(seed, chunk), **rollout_kwargs
+            result = rollout(  # progress: its own bar of episodes and rounds within the chunk
+                policy,
+                env_id,
+                ids[start:stop],
+                seed=chunk_seed(seed, chunk),
+                progress=progress,
+                **rollout_kwargs,
             )
             parts.append(result.stats)
             if store is not None:

@@ -169,8 +169,9 @@ def write_comparison(
     files += plot_pass_curves(curves, out / "pass_curves")
     if len(tables) <= 3:
         v = venn(tables, t_bound)
-        parts.append(venn_markdown(v))
-        write("venn.md", parts[-1])
+        write("venn.md", venn_markdown(v))
+        if len(tables) == 3:  # with two, the boundary table above already lists these regions
+            parts.append(venn_markdown(v))
         write("venn.csv", venn_csv(v))
         files += plot_boundary_venn(v, out / "venn")
     summary = boundary_summary(tables, budget=t_bound)

@@ -420,7 +420,7 @@ class RunStore:
             return cls(directory, manifest, ())
         if not resume:
             raise RunDirError(
-                f"{directory} already holds a run; pass --resume (resume=True) to continue it "
+                f"{directory} already holds a run; pass --resume to continue it "
                 "or choose another --out"
             )
         contents = read_run(directory)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from passkt.agents.testbed.model import MODEL_SIZES
 from passkt.agents.testbed.pretrain import PretrainConfig
 from passkt.agents.train.cli import _converter as train_converter
-from passkt.agents.train.config import field_docs
+from passkt.agents.train.config import field_docs, plain
 
 EXAMPLES = """\
 examples:
@@ -51,7 +51,7 @@ def add_parser(subparsers: Any) -> None:
     parser = commands.add_parser(
         "pretrain",
         help="pretrain a base policy on noisy episodes and world paragraphs",
-        description=(PretrainConfig.__doc__ or "").strip(),
+        description=plain((PretrainConfig.__doc__ or "").strip()),
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         argument_default=argparse.SUPPRESS,

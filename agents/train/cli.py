@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from passkt.agents.specs import parse_env_kwargs
-from passkt.agents.train.config import GRPOConfig, SFTConfig, TrainConfig, field_docs
+from passkt.agents.train.config import GRPOConfig, SFTConfig, TrainConfig, field_docs, plain
 
 _RENAMED = {"env_id": "--env", "output_dir": "--out"}
 """Fields whose flag is named like ``passkt eval``'s rather than after the field."""
@@ -54,7 +54,7 @@ def add_parser(subparsers: Any) -> None:
         parser = kinds.add_parser(
             name,
             help=help_text,
-            description=(cls.__doc__ or "").strip(),
+            description=plain((cls.__doc__ or "").strip()),
             epilog=EXAMPLES,
             formatter_class=argparse.RawDescriptionHelpFormatter,
             argument_default=argparse.SUPPRESS,

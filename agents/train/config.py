@@ -326,6 +326,11 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
+def plain(text: str) -> str:
+    """Docstring markup as ``--help`` shows it: reStructuredText's double backticks -> single."""
+    return text.replace("``", "`")
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """Each field's docstring (the string literal under it in the class body), for ``--help``."""
     import ast
@@ -347,5 +352,5 @@ def field_docs(cls: type) -> dict[str, str]:
                 and isinstance(after.value, ast.Constant)
                 and isinstance(after.value.value, str)
             ):
-                docs[node.target.id] = " ".join(after.value.value.split())
+                docs[node.target.id] = plain(" ".join(after.value.value.split()))
     return docs

@@ -4,13 +4,15 @@ Reads the official JSON (``hotpot_dev_distractor_v1.json``: a list of records wi
 ``answer``, ``question``, ``supporting_facts`` as ``[title, sent_id]`` pairs, ``context`` as
 ``[title, [sentences]]`` pairs, ``type``, ``level``) and the Hugging Face layout (``id``,
 ``context: {"title": [...], "sentences": [[...]]}``, ``supporting_facts: {"title": [...],
-"sent_id": [...]}``), as a JSON list or JSON Lines, or a hub dataset through ``datasets``.
+"sent_id": [...]}``), as a JSON list or JSON Lines, a saved dataset folder, or the hub dataset
+``hotpotqa/hotpot_qa`` (config ``distractor``) through ``datasets``; see
+``passkt.envs.sources.records``.
 
 Each task's search corpus is its own paragraphs (the study's setting); a paragraph's text is
 ``"".join(sentences)``, keeping the official quirk that later sentences start with a space.
 
 The train/test split is a pure function of the record id (``is_test_id``), so the two splits never
-overlap and a record keeps its split when the file grows. The file helpers here are shared by the
+overlap and a record keeps its split when the file grows. The option checks here are shared by the
 other real-data sources (``passkt.envs.sources.math_data``).
 """
 
@@ -18,15 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from passkt.envs.errors import DatasetFormatError, MissingDependencyError
+from passkt.envs.errors import DatasetFormatError
+from passkt.envs.sources.records import read_records, records_from
 from passkt.envs.tasks import Paragraph, Task
 
 logger = logging.getLogger(__name__)
@@ -47,8 +48,9 @@ HOTPOTQA_TYPES = ("comparison", "bridge")
 """The ``type`` values of HotpotQA records, which are also the passkt categories they feed."""
 
 _HINT = (
-    "Download hotpot_dev_distractor_v1.json from https://hotpotqa.github.io/ and pass "
-    "path=<file>, or pass dataset='hotpotqa/hotpot_qa' to load it from the Hugging Face hub."
+    "Download hotpot_dev_distractor_v1.json (or hotpot_train_v1.1.json) from "
+    "https://hotpotqa.github.io/ and pass path=<file>, or pass path='hotpotqa/hotpot_qa' to load "
+    "it from the Hugging Face hub (pip install 'passkt[hub]')."
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -80,93 +82,6 @@ def check_split_options(split: str, test_fraction: float, limit: int | None) -> 
         raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction!r}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be None or an integer >= 0, got {limit!r}")
-
-
-def read_records(path: str | os.PathLike[str], *, hint: str = "") -> list[tuple[str, Any]]:
-    """Read a JSON list of records or a JSON Lines file.
-
-    A file whose first non-blank character is ``[`` is read as one JSON list; anything else as
-    JSON Lines (one record per non-blank line).
-
-    Args:
-        path: The file.
-        hint: Appended to the ``FileNotFoundError`` message (where to get the file).
-
-    Returns:
-        ``(label, record)`` pairs; the label names the record in error messages: its index in the
-        list, and for JSON Lines also its 1-based line number.
-
-    Raises:
-        FileNotFoundError: If the file does not exist (the message includes ``hint``).
-        DatasetFormatError: If the file is not valid JSON / JSON Lines or not a list of records.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"Dataset file not found: {path}. {hint}".strip())
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise DatasetFormatError(
-            path, "(file)", "(encoding)", f"not UTF-8 text: {error}"
-        ) from error
-    if text.lstrip().startswith("["):
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise DatasetFormatError(
-                path, "(file)", "(json)", f"invalid JSON at line {error.lineno}: {error.msg}"
-            ) from error
-        return [(str(index), record) for index, record in enumerate(records)]
-    pairs = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        label = f"{len(pairs)} (line {lineno})"
-        try:
-            pairs.append((label, json.loads(line)))
-        except json.JSONDecodeError as error:
-            raise DatasetFormatError(
-                path,
-                label,
-                "(json)",
-                f"invalid JSON ({error.msg}); expected a JSON list of records or JSON Lines",
-            ) from error
-    return pairs
-
-
-def records_from(
-    path: str | os.PathLike[str] | None,
-    dataset: str | None,
-    *,
-    hf_config: str | None,
-    hf_split: str,
-    hint: str,
-) -> tuple[str, Iterator[tuple[str, Any]]]:
-    """Records from a local file (``path``) or a Hugging Face hub dataset (``dataset``).
-
-    Returns:
-        The origin (the file path, or ``hub:<name>[<split>]``) for error messages, and the
-        ``(label, record)`` pairs.
-
-    Raises:
-        ValueError: If neither or both of ``path`` and ``dataset`` are given.
-        MissingDependencyError: If ``dataset`` is given and ``datasets`` is not installed.
-    """
-    if (path is None) == (dataset is None):
-        given = "both" if path is not None else "neither"
-        raise ValueError(
-            f"Pass exactly one of path= (a local file) or dataset= (a Hugging Face hub name); "
-            f"got {given}. {hint}"
-        )
-    if path is not None:
-        return str(path), iter(read_records(path, hint=hint))
-    try:
-        import datasets
-    except ImportError as error:
-        raise MissingDependencyError("datasets", "hub") from error
-    rows = datasets.load_dataset(dataset, hf_config, split=hf_split)
-    origin = f"hub:{dataset}" + (f"/{hf_config}" if hf_config else "") + f"[{hf_split}]"
-    return origin, ((str(index), dict(row)) for index, row in enumerate(rows))
 
 
 def require(
@@ -206,34 +121,52 @@ def require(
 _DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
 
 
+def _name(title: str) -> str:
+    """A title as a name: HTML unescaped, lowercase, without a trailing ``(disambiguation)``."""
+    return _DISAMBIGUATION.sub("", html.unescape(title)).strip().lower()
+
+
 def _mentions(text: str, title: str) -> bool:
     """Whether ``text`` names ``title`` (minus a trailing ``(disambiguation)``) as whole words."""
-    name = _DISAMBIGUATION.sub("", html.unescape(title)).strip().lower()
+    name = _name(title)
     if not name:
         return False
     pattern = r"(?<!\w)" + re.escape(name) + r"(?!\w)"
     return re.search(pattern, html.unescape(text).lower()) is not None
 
 
+def _answer_name(answer: str) -> str:
+    """The answer as a name to look for: without surrounding quotes, spaces and end punctuation."""
+    return html.unescape(answer).strip().strip("\"'“”‘’.,;:!? ").strip()
+
+
 def order_bridge_titles(
-    question: str, titles: Sequence[str], texts: Mapping[str, str]
+    question: str, titles: Sequence[str], texts: Mapping[str, str], answer: str | None = None
 ) -> tuple[tuple[str, ...], str]:
     """Order the two gold titles of a bridge question as a sequential solver needs them.
 
-    The first hop is the paragraph that names the bridge entity, i.e. the other gold title. The
-    rule, first decisive step wins:
+    The chain ends at the answer: the paragraph that holds it is the last hop, unless the
+    question names that paragraph (then the solver may start there). Otherwise the first hop is
+    the paragraph that names the bridge entity, i.e. the other gold title. The rule, first
+    decisive step wins:
 
-    1. ``mention``: exactly one of the two paragraphs names the other's title -> it goes first.
-    2. ``question``: exactly one title is named in the question -> it goes first.
-    3. ``supporting_facts``: otherwise keep the order of the supporting facts.
+    1. ``answer_title``: the answer is one of the two titles -> it goes last (so the expert
+       never searches the answer itself before the last hop).
+    2. ``answer``: exactly one paragraph contains the answer, and the question does not name
+       that paragraph -> it goes last.
+    3. ``mention``: exactly one of the two paragraphs names the other's title -> it goes first.
+    4. ``question``: exactly one title is named in the question -> it goes first.
+    5. ``supporting_facts``: otherwise keep the order of the supporting facts.
 
     Names are matched case-insensitively as whole words, without a trailing ``(...)``
     disambiguation, after unescaping HTML entities. Other than two titles: kept as given.
+    Without ``answer`` steps 1-2 are skipped (the rule before they were added).
 
     Args:
         question: The question text.
         titles: The distinct supporting-fact titles, in supporting-fact order.
         texts: Paragraph text by title.
+        answer: The gold answer.
 
     Returns:
         The ordered titles and the name of the step that decided.
@@ -241,6 +174,15 @@ def order_bridge_titles(
     if len(titles) != 2:
         return tuple(titles), "supporting_facts"
     first, second = titles
+    answer = _answer_name(answer or "")
+    if answer:
+        is_answer = [_name(title) == answer.lower() for title in titles]
+        if is_answer[0] != is_answer[1]:
+            return ((second, first) if is_answer[0] else (first, second)), "answer_title"
+        holds = [_mentions(texts[t], answer) and not _mentions(question, t) for t in titles]
+        held = [_mentions(texts[t], answer) for t in titles]
+        if held[0] != held[1] and holds[0] != holds[1]:
+            return ((second, first) if holds[0] else (first, second)), "answer"
     first_names = _mentions(texts[first], second)
     second_names = _mentions(texts[second], first)
     if first_names != second_names:
@@ -356,7 +298,7 @@ def parse_record(record: Any, label: str, origin: str, split: str) -> Task:
     facts = _supporting_facts(record, where, dict(context))
     titles = tuple(dict.fromkeys(title for title, _ in facts))
     if question_type == "bridge":
-        gold_titles, rule = order_bridge_titles(question, titles, texts)
+        gold_titles, rule = order_bridge_titles(question, titles, texts, answer)
     else:
         gold_titles, rule = titles, "supporting_facts"
     return Task(
@@ -396,9 +338,10 @@ def load_tasks(
     Args:
         category: ``"comparison"`` or ``"bridge"`` (the records' ``type``).
         split: ``"train"`` or ``"test"``; a record is in test iff ``is_test_id(id, test_fraction)``.
-        path: A local file in the official or the Hugging Face layout, JSON list or JSON Lines.
-        dataset: Instead of ``path``, a Hugging Face hub name (e.g. ``"hotpotqa/hotpot_qa"``);
-            needs ``datasets`` (``pip install 'passkt[hub]'``) and network.
+        path: A local file in the official or the Hugging Face layout (JSON list or JSON Lines),
+            a saved dataset folder, or a hub name such as ``"hotpotqa/hotpot_qa"`` (needs
+            ``pip install 'passkt[hub]'``, and network unless ``datasets`` has it cached).
+        dataset: The same as a hub name in ``path`` (kept for old callers).
         hf_config: Hub configuration (``"distractor"``, the study's setting).
         hf_split: Hub split to read (the study uses the dev set, ``"validation"``).
         test_fraction: Share of records in the test split.
@@ -409,7 +352,8 @@ def load_tasks(
 
     Raises:
         ValueError: For an unknown category or split, bad options, or no/both of path and dataset.
-        FileNotFoundError: If ``path`` does not exist.
+        FileNotFoundError: If ``path`` does not exist; ``DatasetUnavailableError`` (a subclass)
+            if a hub dataset cannot be loaded, saying how to get it offline.
         DatasetFormatError: If a record is malformed (names the file, record and key).
     """
     if category not in HOTPOTQA_TYPES:

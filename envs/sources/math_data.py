@@ -1,8 +1,9 @@
 """Math task sources: MATH-500 (``math500``) and GSM8K (``gsm8k``), category A of the study.
 
-Both read JSON Lines (or a JSON list) from a local file, or a Hugging Face hub dataset through
-``datasets`` when the user asks for one. Splits follow the rule of every file-based source: a
-record is in the test split iff ``is_test_id(task_id, test_fraction)``.
+Both read JSON Lines (or a JSON list) from a local file, a saved dataset folder, or a Hugging Face
+hub dataset through ``datasets`` when the user names one (``path="HuggingFaceH4/MATH-500"``,
+``path="openai/gsm8k"``; ``passkt.envs.sources.records``). Splits follow the rule of every
+file-based source: a record is in the test split iff ``is_test_id(task_id, test_fraction)``.
 
 - MATH-500 records: ``problem``, ``answer`` (LaTeX, compared with math-verify), ``unique_id``
   (the task id; the record's index when absent), and optionally ``solution``, ``subject``,
@@ -21,7 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from passkt.envs.errors import DatasetFormatError
-from passkt.envs.sources.hotpotqa import check_split_options, is_test_id, records_from, require
+from passkt.envs.sources.hotpotqa import check_split_options, is_test_id, require
+from passkt.envs.sources.records import records_from
 from passkt.envs.tasks import Task
 
 logger = logging.getLogger(__name__)
@@ -30,11 +32,13 @@ __all__ = ["load_gsm8k", "load_math500"]
 
 _MATH500_HINT = (
     "MATH-500 is prm800k/math_splits/test.jsonl in github.com/openai/prm800k; pass path=<file>, "
-    "or dataset='HuggingFaceH4/MATH-500' to load it from the Hugging Face hub."
+    "or path='HuggingFaceH4/MATH-500' to load it from the Hugging Face hub "
+    "(pip install 'passkt[hub]')."
 )
 _GSM8K_HINT = (
     "GSM8K is grade_school_math/data/test.jsonl in github.com/openai/grade-school-math; pass "
-    "path=<file>, or dataset='openai/gsm8k' to load it from the Hugging Face hub."
+    "path=<file>, or path='openai/gsm8k' to load it from the Hugging Face hub "
+    "(pip install 'passkt[hub]')."
 )
 _GSM8K_NUMBER = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+)")
 
@@ -162,9 +166,10 @@ def load_math500(
         category: Must be ``"math"``.
         split: ``"train"`` or ``"test"``; a problem is in test iff
             ``is_test_id(unique_id, test_fraction)``.
-        path: A JSON Lines file (or JSON list) with ``problem``, ``answer``, ``unique_id``.
-        dataset: Instead of ``path``, a Hugging Face hub name (``"HuggingFaceH4/MATH-500"``);
-            needs ``datasets`` (``pip install 'passkt[hub]'``) and network.
+        path: A JSON Lines file (or JSON list) with ``problem``, ``answer``, ``unique_id``, a
+            saved dataset folder, or the hub name ``"HuggingFaceH4/MATH-500"`` (needs
+            ``pip install 'passkt[hub]'``, and network unless ``datasets`` has it cached).
+        dataset: The same as a hub name in ``path``.
         hf_config: Hub configuration, if the dataset has several.
         hf_split: Hub split to read.
         test_fraction: Share of problems in the test split.
@@ -201,9 +206,10 @@ def load_gsm8k(
         category: Must be ``"math"``.
         split: ``"train"`` or ``"test"``; a problem is in test iff
             ``is_test_id("gsm8k-<index>", test_fraction)``.
-        path: A JSON Lines file (or JSON list) with ``question`` and ``answer``.
-        dataset: Instead of ``path``, a Hugging Face hub name (``"openai/gsm8k"``); needs
-            ``datasets`` (``pip install 'passkt[hub]'``) and network.
+        path: A JSON Lines file (or JSON list) with ``question`` and ``answer``, a saved dataset
+            folder, or the hub name ``"openai/gsm8k"`` (needs ``pip install 'passkt[hub]'``,
+            and network unless ``datasets`` has it cached).
+        dataset: The same as a hub name in ``path``.
         hf_config: Hub configuration (``"main"``).
         hf_split: Hub split to read.
         test_fraction: Share of problems in the test split.

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import pickle
 import random
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from shared_data import DATA, reason
 
 import passkt.envs  # noqa: F401  (registers the envs)
 from passkt.envs.corpus import Corpus, CorpusIndexError, corpus_fingerprint, open_corpus
@@ -18,7 +18,6 @@ from passkt.envs.retrieval import Hit, RankBM25Retriever, Retriever, bm25s_matri
 from passkt.envs.sources.synthetic_world import build_world
 from passkt.envs.tasks import Paragraph, Task
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 HOTPOT = DATA / "hotpotqa_dev_distractor_subset.json"
 K1 = 1.5
 
@@ -101,7 +100,7 @@ def test_the_variants_differ_only_on_words_in_over_half_the_documents() -> None:
     assert [h.score * (K1 + 1) for h in got] == pytest.approx([h.score for h in expected])
 
 
-@pytest.mark.skipif(not HOTPOT.exists(), reason=f"needs {HOTPOT} (the shared data folder)")
+@pytest.mark.skipif(not HOTPOT.exists(), reason=reason(HOTPOT))
 def test_agrees_with_rank_bm25_on_hotpotqa_without_common_words() -> None:
     corpus = Corpus.from_hotpotqa(HOTPOT)
     records = json.loads(HOTPOT.read_text(encoding="utf-8"))

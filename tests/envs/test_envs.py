@@ -13,7 +13,6 @@ import pickle
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -25,6 +24,7 @@ from gymnasium.vector.utils.shared_memory import (
     read_from_shared_memory,
     write_to_shared_memory,
 )
+from shared_data import DATA, reason
 
 from passkt.envs import ENV_SPECS, SOURCES, Paragraph, Task, UnknownSourceError, UnknownTaskError
 from passkt.envs.protocol import (
@@ -36,8 +36,6 @@ from passkt.envs.protocol import (
     parse_action,
 )
 from passkt.envs.spaces import ActionText, SharedTextBatch, UnicodeText
-
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 SOURCE_CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("Math-v0", "synthetic", {}),
@@ -60,7 +58,7 @@ def make_kwargs(source: str, options: dict[str, Any]) -> dict[str, Any]:
     if "path" in options:
         path = DATA / options["path"]
         if not path.exists():
-            pytest.skip(f"needs {path} (the shared data folder)")
+            pytest.skip(reason(path))
         kwargs["path"] = str(path)
     return kwargs
 

@@ -12,15 +12,14 @@ import functools
 import importlib.util
 import json
 import re
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from shared_data import DATA, reason
 
 from passkt.envs import Paragraph, Task, load_tasks
 from passkt.envs.retrieval import RankBM25Retriever
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 HOTPOT = DATA / "hotpotqa_dev_distractor_subset.json"
 TOP_K = 3
 SAMPLE_PER_HOPS = 100  # tasks 0, 10, 20, ... of each hops value: 300 in all
@@ -234,7 +233,7 @@ def gold_chain_success(tasks: list[Task], budget: int) -> float:
     return solved / len(tasks)
 
 
-@pytest.mark.skipif(not HOTPOT.exists(), reason=f"needs {HOTPOT} (the shared data folder)")
+@pytest.mark.skipif(not HOTPOT.exists(), reason=reason(HOTPOT))
 def test_gold_chain_on_real_hotpotqa(record_property) -> None:
     from passkt.envs.scoring import normalize_answer
 

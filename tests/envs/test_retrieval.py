@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
+from shared_data import DATA, reason
 
 from passkt.envs.retrieval import (
     BM25sRetriever,
@@ -19,7 +19,6 @@ from passkt.envs.retrieval import (
 )
 from passkt.envs.tasks import Paragraph, Task
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 HOTPOT = DATA / "hotpotqa_dev_distractor_subset.json"
 BACKENDS = [RankBM25Retriever, BM25sRetriever]
 
@@ -71,9 +70,15 @@ def test_scores_match_the_okapi_formula(backend) -> None:
     for query in ["Ed Wood", "film director 1994", "café 東京", "wood wood arkansas"]:
         expected = okapi(CORPUS, query)
         hits = retriever.search(query, k=len(CORPUS))
-        ranked = sorted(
-            (i for i, s in enumerate(expected) if s > 0), key=lambda i: (-expected[i], i)
-        )
+        words = set(tokenize(query))
+        titled = [i for i, p in enumerate(CORPUS) if tokenize(p.title) == tokenize(query)]
+        positive = sorted((i for i, s in enumerate(expected) if s > 0), key=lambda i: -expected[i])
+        matched = [
+            i
+            for i, p in enumerate(CORPUS)
+            if expected[i] == 0 and words & set(tokenize(f"{p.title} {p.text}"))
+        ]
+        ranked = list(dict.fromkeys([*titled, *positive, *matched]))
         assert [h.doc_index for h in hits] == ranked
         for hit in hits:
             assert hit.score == pytest.approx(expected[hit.doc_index], rel=1e-9)
@@ -87,6 +92,31 @@ def test_scores_match_the_okapi_formula(backend) -> None:
 def test_title_is_indexed(backend) -> None:
     hits = backend(CORPUS).search("Woodson", k=1)
     assert [h.title for h in hits] == ["Woodson"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_word_in_half_the_documents_still_finds_them(backend) -> None:
+    # "ed" and "wood" are each in 2 of the 4 paragraphs: Okapi idf log(1) = 0, so every score
+    # is 0; rank-bm25 alone found nothing for the exact title "Ed Wood".
+    assert okapi(CORPUS, "Ed Wood") == [0.0] * 4
+    hits = backend(CORPUS).search("Ed Wood", k=3)
+    assert [(h.title, h.score) for h in hits] == [("Ed Wood", 0.0), ("Tim Burton", 0.0)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_title_query_returns_that_paragraph_first(backend) -> None:
+    corpus = (
+        Paragraph("Lake Biwa", "Lake Biwa Lake Biwa Lake Biwa, the lake of lakes, Biwa."),
+        Paragraph("Biwa", "A lute."),
+        Paragraph("Lake Biwa Canal", "A canal from Lake Biwa to Kyoto."),
+        Paragraph("Kyoto", "A city."),
+    )
+    retriever = backend(corpus)
+    by_score = sorted(range(4), key=lambda i: -okapi(corpus, "Biwa")[i])
+    assert by_score[0] != 1  # BM25 alone ranks the lute below the paragraphs repeating "Biwa"
+    assert [h.title for h in retriever.search("Biwa", k=2)] == ["Biwa", corpus[by_score[0]].title]
+    assert retriever.search("lake biwa canal", k=1)[0].title == "Lake Biwa Canal"  # case, words
+    assert retriever.search("Biwa lute", k=1)[0].title == "Biwa"  # by score: no title is the query
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -163,7 +193,21 @@ def _same_ranking(expected: list[Hit], got: list[Hit]) -> bool:
     return True
 
 
-@pytest.mark.skipif(not HOTPOT.exists(), reason=f"needs {HOTPOT} (the shared data folder)")
+@pytest.mark.skipif(not HOTPOT.exists(), reason=reason(HOTPOT))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_gold_title_of_the_subset_finds_its_paragraph_first(backend) -> None:
+    # Before the title rule: 854 of 974 (18 searches found nothing); benchmarks/title_search.py.
+    searches, first = 0, 0
+    for paragraphs, queries in _hotpot_corpora(10_000):
+        retriever = backend(paragraphs)
+        for title in dict.fromkeys(queries[1:]):
+            hits = retriever.search(title, k=3)
+            searches += 1
+            first += hits[0].title == title
+    assert (first, searches) == (974, 974)
+
+
+@pytest.mark.skipif(not HOTPOT.exists(), reason=reason(HOTPOT))
 def test_backends_agree_on_real_per_task_corpora() -> None:
     for paragraphs, queries in _hotpot_corpora(150):
         reference, fast = RankBM25Retriever(paragraphs), BM25sRetriever(paragraphs)
@@ -172,7 +216,7 @@ def test_backends_agree_on_real_per_task_corpora() -> None:
             assert _same_ranking(expected, got), query
 
 
-@pytest.mark.skipif(not HOTPOT.exists(), reason=f"needs {HOTPOT} (the shared data folder)")
+@pytest.mark.skipif(not HOTPOT.exists(), reason=reason(HOTPOT))
 def test_backends_agree_on_a_global_corpus() -> None:
     corpora = _hotpot_corpora(487)
     tasks = [Task(str(i), "bridge", "q", "a", paragraphs=p) for i, (p, _) in enumerate(corpora)]

@@ -7,11 +7,12 @@ import json
 import re
 import string
 import threading
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from shared_data import DATA as DATA_DIR
+from shared_data import reason
 
 from passkt.envs.scoring import (
     MAX_MATH_CHARS,
@@ -25,7 +26,6 @@ from passkt.envs.scoring import (
 )
 from passkt.envs.tasks import Task
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 HOTPOT_SUBSET = DATA_DIR / "hotpotqa_dev_distractor_subset.json"
 MATH500 = DATA_DIR / "math500.jsonl"
 
@@ -45,8 +45,8 @@ def _math500_answers() -> list[str]:
 
 ANSWERS = _hotpot_answers()
 MATH_ANSWERS = _math500_answers()
-needs_hotpot = pytest.mark.skipif(not ANSWERS, reason=f"shared data not found: {HOTPOT_SUBSET}")
-needs_math500 = pytest.mark.skipif(not MATH_ANSWERS, reason=f"shared data not found: {MATH500}")
+needs_hotpot = pytest.mark.skipif(not ANSWERS, reason=reason(HOTPOT_SUBSET))
+needs_math500 = pytest.mark.skipif(not MATH_ANSWERS, reason=reason(MATH500))
 
 
 # --- normalization, EM, F1 ------------------------------------------------------------------

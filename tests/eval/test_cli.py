@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -147,7 +148,8 @@ def test_report_and_compare(tmp_path, capsys):
     code, out, err = run_cli(capsys, *argv, "--names", "base,oracle")
     assert code == 0, err
     assert "Gap PASS@(k,T) **oracle - base**" in out and "crossover k" in out and "widens" in out
-    assert "Boundary sets at T = 5" in out and "Boundary-set regions at T = 5" in out
+    assert "Boundary sets at T = 5" in out and "Boundary-set regions" not in out  # said once
+    assert out.count("| region | problems | tasks |") == 1
     for name in ("gap_oracle_vs_base.png", "gap_oracle_vs_base.csv", "venn.csv", "venn.svg"):
         assert (cmp_dir / name).exists(), name
     gap = json.loads((cmp_dir / "gap_oracle_vs_base.json").read_text())
@@ -178,8 +180,7 @@ def test_user_errors_are_one_line(tmp_path, capsys):
     assert_one_line_error(
         capsys,
         ["eval", "--env-kwargs", SMALL, "--limit", "6", "--n", "4", "--out", str(run)],
-        "pass --resume",
-        "another --out",
+        "pass --resume to continue it or choose another --out",  # CLI words, not Python's
     )
     assert_one_line_error(
         capsys,
@@ -191,8 +192,11 @@ def test_user_errors_are_one_line(tmp_path, capsys):
 def test_help_has_examples(capsys):
     code, out, _ = run_cli(capsys, "eval", "--help")
     assert code == 0
-    for fragment in ("examples:", "--env-kwargs", "--resume", "openai:URL#MODEL", "Math-v0"):
+    for fragment in ("examples:", "--env-kwargs", "--resume", "openai:URL#MODEL", "lean:PATH"):
         assert fragment in out
+    for command in ("report", "compare", "train sft", "train grpo", "testbed pretrain"):
+        code, out, _ = run_cli(capsys, *command.split(), "--help")
+        assert code == 0 and "``" not in out, command  # docstring markup shown as plain text
     code, out, _ = run_cli(capsys)
     assert code == 2 and "eval" in out and "compare" in out and "train" in out
 
@@ -220,3 +224,35 @@ def test_console_script_error_has_no_traceback():
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith("passkt: error: Unknown env id 'BridgQA-v0'")
+
+
+def test_manifest_stores_the_data_path_from_any_folder(tmp_path, capsys, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm.jsonl").write_text(
+        "".join(
+            json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n"
+            for i in range(30)
+        )
+    )
+    monkeypatch.chdir(data)
+    argv = ["eval", "--env", "Math-v0", "--env-kwargs", "source=gsm8k,path=gsm.jsonl", "--limit=3"]
+    code, _, err = run_cli(capsys, *argv, "--n", "2", "--out", str(tmp_path / "run"), "--no-report")
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["env_kwargs"]["path"] == str(data / "gsm.jsonl")  # absolute, not as typed
+
+
+@pytest.mark.slow
+def test_an_hf_model_that_cannot_be_loaded_is_a_one_line_error(tmp_path):
+    pytest.importorskip("transformers")
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "passkt.eval.cli", "eval", "--policy", "hf:no-such-org/no-model",
+         "--limit", "2", "--n", "1", "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("passkt: error: could not load model 'no-such-org/no-model'"), last
+    assert "HF_HUB_OFFLINE=1" in last

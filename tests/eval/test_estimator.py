@@ -311,3 +311,9 @@ def test_to_dict_from_dict_json_round_trip() -> None:
         OutcomeTable.from_dict(data)
     with pytest.raises(ValueError, match="missing key 'budgets'"):
         OutcomeTable.from_dict({"task_ids": [], "n": 1, "correct": []})
+
+
+def test_no_negative_zero():
+    # 0 correct -> 0.0 exactly, not -0.0 (which prints as "-0.000" in tables).
+    assert math.copysign(1.0, pass_at_k(8, 0, 3)) == 1.0
+    assert np.all(np.signbit(pass_at_k_array(8, np.array([0, 0, 2]), 3)) == [False] * 3)

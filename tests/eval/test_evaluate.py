@@ -152,3 +152,37 @@ def test_errors_say_what_to_fix(tmp_path):
 def test_math_at_t0():
     run = evaluate("Math-v0", "scripted:heuristic", budgets=(0,), n=2, limit=5, progress=False)
     assert run.outcomes.budgets == (0,) and run.outcomes.categories[0] == "math"
+
+
+def test_progress_moves_within_a_chunk(monkeypatch):
+    # One chunk of 4 tasks: the tasks bar moves only when it ends, so the episodes bar (with the
+    # round) shows the work inside it; with a model policy one chunk can take minutes.
+    import tqdm.auto
+
+    import passkt.agents.rollout
+
+    bars = []
+
+    class Recorded(tqdm.auto.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.shown = not kwargs["disable"]  # tqdm sets disable on close
+            self.postfixes, self.counts = [], []
+            bars.append(self)
+
+        def set_postfix_str(self, s="", refresh=True):
+            self.postfixes.append(s)
+            super().set_postfix_str(s, refresh)
+
+        def update(self, n=1):
+            self.counts.append(self.n + n)
+            return super().update(n)
+
+    monkeypatch.setattr(passkt.agents.rollout, "tqdm", Recorded)
+    evaluate(
+        "BridgeQA-v0", "scripted:oracle", n=2, budgets=(0, 3), limit=4, chunk_tasks=4, progress=True
+    )
+    (episodes,) = bars
+    assert episodes.shown and episodes.total == 8  # 4 tasks x n = 2 main episodes
+    assert episodes.postfixes[:2] == ["round 1, 16 live", "round 2, 8 live"]  # T = 0 forks done
+    assert episodes.counts == list(range(1, 9))  # counted as each one finishes
