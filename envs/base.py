@@ -152,6 +152,7 @@ class _Episode:
     answer: str | None = None
     correct: bool = False
     f1: float = 0.0
+    score_note: str | None = None
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -160,11 +161,11 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return value
 
 
-def _score(task: Task, prediction: str) -> tuple[bool, float]:
+def _score(task: Task, prediction: str) -> tuple[bool, float, str | None]:
     from passkt.envs.scoring import score_answer  # math-verify is imported on first answer only
 
     score = score_answer(task, prediction)
-    return bool(score.correct), float(score.f1)
+    return bool(score.correct), float(score.f1), score.note
 
 
 class ToolUseEnv(gym.Env[str, str]):
@@ -204,7 +205,8 @@ class ToolUseEnv(gym.Env[str, str]):
     ``task_id``, ``category``, ``tool_calls``, ``turns``, ``budget`` (T), ``depth`` (the task's
     minimum number of calls), ``action`` (the kind of the last action: ``"search"``,
     ``"answer"``, ``"invalid"``; ``None`` at reset), ``answer`` (``None`` until answered),
-    ``correct``, ``f1``.
+    ``correct``, ``f1``, ``score_note`` (why an answer was not compared and scored 0, e.g. a math
+    answer too costly to compare within the CPU limit; otherwise ``None``).
 
     ## Arguments
     See the env classes; every argument is checked at construction.
@@ -375,7 +377,7 @@ class ToolUseEnv(gym.Env[str, str]):
         reward, terminated, truncated = 0.0, False, False
         if parsed.kind == "answer":
             episode.answer = parsed.content
-            episode.correct, episode.f1 = _score(episode.task, parsed.content)
+            episode.correct, episode.f1, episode.score_note = _score(episode.task, parsed.content)
             reward, terminated = float(episode.correct), True
             episode.finished = True
             observation = ANSWER_RECEIVED
@@ -496,4 +498,5 @@ class ToolUseEnv(gym.Env[str, str]):
             "answer": episode.answer,
             "correct": episode.correct,
             "f1": episode.f1,
+            "score_note": episode.score_note,
         }

@@ -219,6 +219,7 @@ def test_episode_with_budget_two() -> None:
         "answer": None,
         "correct": False,
         "f1": 0.0,
+        "score_note": None,
     }
     obs, reward, terminated, truncated, info = env.step("<search>Film1</search>")
     assert obs.startswith("<information>Doc 1 (Title: Film1) Film1 is a drama directed by Maker1.")
