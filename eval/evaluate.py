@@ -336,30 +336,34 @@ def evaluate(
     )
     # Open (or refuse) the run directory before loading a model, which may take minutes.
     store = None if out_dir is None else RunStore.open(out_dir, manifest, resume=resume)
-    if store is not None:
-        manifest = store.manifest
-        if on_open is not None:
-            on_open(store.directory, len(store.finished_chunks), int(manifest["num_chunks"]))
-    if isinstance(policy, str):
-        from passkt.agents.specs import load_policy
+    try:
+        if store is not None:
+            manifest = store.manifest
+            if on_open is not None:
+                on_open(store.directory, len(store.finished_chunks), int(manifest["num_chunks"]))
+        if isinstance(policy, str):
+            from passkt.agents.specs import load_policy
 
-        policy = load_policy(policy, tasks=plan.info.tasks, **options)
-    bounds = chunk_bounds(len(plan.task_ids), chunk_tasks)
-    skipped = frozenset() if store is None else store.finished_chunks
-    rollout_kwargs = dict(
-        n=n,
-        budgets=plan.budgets,
-        env_kwargs=_env_kwargs(env_kwargs, split),
-        params=params,
-        share_prefix=plan.share_prefix,
-    )
-    records, parts = _run_chunks(
-        policy, env_id, plan.task_ids, bounds, skipped, seed, store, rollout_kwargs, progress
-    )
-    if store is not None:
-        _, table = load_run(store.directory, name=manifest["name"])
-    else:
-        table = OutcomeTable.from_records(records, name=manifest["name"])
+            policy = load_policy(policy, tasks=plan.info.tasks, **options)
+        bounds = chunk_bounds(len(plan.task_ids), chunk_tasks)
+        skipped = frozenset() if store is None else store.finished_chunks
+        rollout_kwargs = dict(
+            n=n,
+            budgets=plan.budgets,
+            env_kwargs=_env_kwargs(env_kwargs, split),
+            params=params,
+            share_prefix=plan.share_prefix,
+        )
+        records, parts = _run_chunks(
+            policy, env_id, plan.task_ids, bounds, skipped, seed, store, rollout_kwargs, progress
+        )
+        if store is not None:
+            _, table = load_run(store.directory, name=manifest["name"])
+        else:
+            table = OutcomeTable.from_records(records, name=manifest["name"])
+    finally:
+        if store is not None:
+            store.close()  # the writer lock: another process may resume the run now
     return EvalRun(
         outcomes=table,
         surface=surface(table, plan.ks),

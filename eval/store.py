@@ -31,6 +31,7 @@ from typing import Any
 
 from passkt.envs.errors import PassktError
 from passkt.eval.outcomes import OutcomeTable
+from passkt.eval.run_lock import LOCK_FILE, RunLock
 
 __all__ = [
     "MANIFEST_FILE",
@@ -372,9 +373,34 @@ def _write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
     _fsync_dir(directory)
 
 
+def _check_out_dir(directory: Path) -> None:
+    """Refuse an unusable ``--out`` before writing anything; create it (for its lock) if new."""
+    for parent in (directory, *directory.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                where = "" if parent == directory else f" ({parent} is a file)"
+                raise RunDirError(
+                    f"{directory} cannot be a run directory{where}; choose another --out"
+                )
+            break
+    if directory.is_dir():
+        names = {p.name for p in directory.iterdir()}
+        if names and MANIFEST_FILE not in names and names - {LOCK_FILE, MANIFEST_FILE + ".tmp"}:
+            raise RunDirError(
+                f"{directory} is not empty and is not a passkt run directory (no "
+                f"{MANIFEST_FILE}); choose another --out"
+            )
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunDirError(
+            f"{directory}: cannot create the run directory ({e}); choose another --out"
+        ) from e
+
+
 def _holds_no_results(directory: Path) -> bool:
     """Empty, or only a manifest and no results: nothing would be lost by starting over."""
-    names = {p.name for p in directory.iterdir()}
+    names = {p.name for p in directory.iterdir()} - {LOCK_FILE}
     return names <= {MANIFEST_FILE, MANIFEST_FILE + ".tmp"} or (
         names <= {MANIFEST_FILE, RESULTS_FILE}
         and (directory / MANIFEST_FILE).exists()
@@ -391,6 +417,18 @@ class RunStore:
         self.manifest = manifest
         self.finished_chunks: frozenset[int] = frozenset(finished)
         self._expected = _chunk_lines(manifest)
+        self._lock: RunLock | None = None
+
+    def close(self) -> None:
+        """Release the run directory's writer lock (the OS also does when the process dies)."""
+        if self._lock is not None:
+            self._lock.release()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def results_path(self) -> Path:
@@ -407,15 +445,28 @@ class RunStore:
         ``MATCH_KEYS``); its unfinished last chunk and any torn line are cut off the results
         file so that chunk runs again.
 
+        The store holds the directory's writer lock (``passkt.eval.run_lock``) until
+        :meth:`close`, so a second writer is refused at once.
+
         Raises:
             RunDirError: for a non-empty directory without ``resume``, a directory that is not a
                 run, or a run made for a different request (the differing keys are listed).
+            passkt.eval.run_lock.RunLockedError: another process is writing the directory.
         """
         directory = Path(directory)
-        if directory.exists() and not directory.is_dir():
-            raise RunDirError(f"{directory} exists and is not a directory; choose another --out")
-        if not directory.exists() or _holds_no_results(directory):
-            directory.mkdir(parents=True, exist_ok=True)
+        _check_out_dir(directory)
+        lock = RunLock.acquire(directory)
+        try:
+            store = cls._open_locked(directory, manifest, resume=resume)
+        except BaseException:
+            lock.release()
+            raise
+        store._lock = lock
+        return store
+
+    @classmethod
+    def _open_locked(cls, directory: Path, manifest: dict[str, Any], *, resume: bool) -> RunStore:
+        if _holds_no_results(directory):
             _write_manifest(directory, manifest)
             return cls(directory, manifest, ())
         if not resume:

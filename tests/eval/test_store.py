@@ -65,6 +65,7 @@ def write_run(path, chunks=(0, 1, 2)):
     store = RunStore.open(path, manifest(), resume=False)
     for chunk in chunks:
         store.append_chunk(chunk, chunk_records(chunk))
+    store.close()  # as when its process ends: the writer lock is released
     return store
 
 
@@ -133,6 +134,7 @@ def test_resume_cuts_unfinished_chunk_and_never_duplicates(tmp_path):
     store.append_chunk(2, chunk_records(2))
     assert (run / RESULTS_FILE).read_bytes() == (complete / RESULTS_FILE).read_bytes()
     assert load_run(run)[1] == load_run(complete)[1]
+    store.close()
     # Resuming a finished run has nothing left to do and leaves the file alone.
     again = RunStore.open(run, manifest(), resume=True)
     assert again.finished_chunks == {0, 1, 2}
@@ -157,9 +159,10 @@ def test_existing_run_without_resume_is_refused(tmp_path):
 
 def test_empty_directory_is_used_and_resume_of_nothing_starts_fresh(tmp_path):
     (tmp_path / "empty").mkdir()
-    assert RunStore.open(tmp_path / "empty", manifest(), resume=False).finished_chunks == set()
-    store = RunStore.open(tmp_path / "new", manifest(), resume=True)
-    assert store.finished_chunks == set() and (tmp_path / "new" / MANIFEST_FILE).is_file()
+    with RunStore.open(tmp_path / "empty", manifest(), resume=False) as store:
+        assert store.finished_chunks == set()
+    with RunStore.open(tmp_path / "new", manifest(), resume=True) as store:
+        assert store.finished_chunks == set() and (tmp_path / "new" / MANIFEST_FILE).is_file()
     # Only a manifest (the run died before its first chunk, e.g. the model did not load):
     # nothing to lose, so a corrected request starts over without --resume.
     RunStore.open(tmp_path / "new", manifest(n=3), resume=False)
