@@ -41,6 +41,7 @@ __all__ = [
     "RunDirError",
     "RunStore",
     "chunk_bounds",
+    "escape_surrogates",
     "load_run",
     "make_manifest",
     "read_run",
@@ -69,6 +70,12 @@ MATCH_KEYS: tuple[str, ...] = (
 )
 """Manifest keys that decide which samples a run draws: a resumed run must match all of them."""
 
+_SURROGATES = "backslashreplace"
+"""How text that UTF-8 cannot encode is written: a lone surrogate (which a model's text may hold,
+e.g. from a JSON ``\\ud800`` escape) only ever occurs inside a JSON string, where Python's
+``\\udXXX`` backslash form is exactly JSON's escape for it, so it reads back as the same
+string. (Two surrogates that form a pair read back as the one character they encode.)"""
+
 _VERSIONED_PACKAGES = ("gymnasium", "numpy", "torch", "transformers", "vllm", "openai", "peft")
 
 
@@ -79,6 +86,11 @@ class RunDirError(PassktError, ValueError):
 def _jsonable(value: Any) -> Any:
     """A canonical JSON form (Paths and tuples become strings and lists)."""
     return json.loads(json.dumps(value, default=str))
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate written as ``\\udXXX`` (so that it encodes as UTF-8)."""
+    return text.encode("utf-8", _SURROGATES).decode("utf-8")
 
 
 def _package_versions() -> dict[str, str]:
@@ -343,7 +355,8 @@ def load_run(
             contents.dropped_lines,
             ", torn last line" if contents.torn else "",
         )
-    table = OutcomeTable.from_records(contents.records, name=name or manifest.get("name", "run"))
+    label = escape_surrogates(str(name or manifest.get("name", "run")))  # plots need valid text
+    table = OutcomeTable.from_records(contents.records, name=label)
     return manifest, table
 
 
@@ -364,7 +377,7 @@ def _fsync_dir(directory: Path) -> None:
 def _write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
     path = directory / MANIFEST_FILE
     tmp = path.with_suffix(".json.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
+    with tmp.open("w", encoding="utf-8", errors=_SURROGATES) as f:
         json.dump(manifest, f, indent=2, ensure_ascii=False)
         f.write("\n")
         f.flush()
@@ -522,7 +535,7 @@ class RunStore:
         payload = "".join(
             json.dumps({"chunk": chunk, **record}, ensure_ascii=False, default=str) + "\n"
             for record in records
-        ).encode("utf-8")
+        ).encode("utf-8", errors=_SURROGATES)
         with self.results_path.open("ab") as f:
             f.write(payload)
             f.flush()
