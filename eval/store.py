@@ -1,12 +1,16 @@
 """The result store: one run directory per evaluation, append-only and crash-safe.
 
-A run directory holds two files:
+A run directory holds these files:
 
 - ``manifest.json``: what was asked for (env id and kwargs, policy, sampling parameters, ``n``,
   budgets, seed, split, task ids, chunk size) and where it ran (passkt, Python and key package
   versions, git commit, creation time). Written once, atomically.
 - ``results.jsonl``: one line per (task, sample, T): the episode's ``Episode.to_record()`` (the
-  transcript and its outcome) plus the index of the chunk it came from.
+  transcript and its outcome) plus the index of the chunk it came from. The first line of each
+  chunk also holds ``manifest_digest``, a hash of each request field of the manifest it was
+  written under: reading refuses a manifest edited since (naming the field), so an edited seed
+  or policy can neither relabel the data in a report nor mix two requests' chunks on resume.
+- ``writer.lock``: held (``flock``) by the one process writing the run (``passkt.eval.run_lock``).
 
 The evaluator runs tasks in fixed chunks and appends each finished chunk in one write that is
 flushed and fsynced before the next chunk starts. A crash can therefore only leave (a) a torn last
@@ -18,6 +22,7 @@ from the manifest, which is how an unfinished one is recognised.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import importlib.metadata
 import json
 import logging
@@ -34,16 +39,19 @@ from passkt.eval.outcomes import OutcomeTable
 from passkt.eval.run_lock import LOCK_FILE, RunLock
 
 __all__ = [
+    "DIGEST_KEY",
     "MANIFEST_FILE",
     "MATCH_KEYS",
     "RESULTS_FILE",
     "RunContents",
     "RunDirError",
     "RunStore",
+    "check_digest",
     "chunk_bounds",
     "escape_surrogates",
     "load_run",
     "make_manifest",
+    "manifest_digest",
     "read_run",
 ]
 
@@ -70,11 +78,17 @@ MATCH_KEYS: tuple[str, ...] = (
 )
 """Manifest keys that decide which samples a run draws: a resumed run must match all of them."""
 
+DIGEST_KEY = "manifest_digest"
+"""Key of the first record of each chunk: a digest of every ``MATCH_KEYS`` field of the manifest
+the chunk was written under, so an edited manifest is caught (``check_digest``)."""
+
 _SURROGATES = "backslashreplace"
 """How text that UTF-8 cannot encode is written: a lone surrogate (which a model's text may hold,
 e.g. from a JSON ``\\ud800`` escape) only ever occurs inside a JSON string, where Python's
 ``\\udXXX`` backslash form is exactly JSON's escape for it, so it reads back as the same
 string. (Two surrogates that form a pair read back as the one character they encode.)"""
+
+_JSON: dict[str, Any] = {"ensure_ascii": False, "default": str}
 
 _VERSIONED_PACKAGES = ("gymnasium", "numpy", "torch", "transformers", "vllm", "openai", "peft")
 
@@ -195,6 +209,41 @@ def _chunk_lines(manifest: Mapping[str, Any]) -> list[int]:
     return [(stop - start) * per_task for start, stop in bounds]
 
 
+def manifest_digest(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """A short hash of each field that decides the samples (``MATCH_KEYS``), by field."""
+    return {
+        key: hashlib.sha256(
+            json.dumps(manifest.get(key), sort_keys=True, ensure_ascii=True).encode("ascii")
+        ).hexdigest()[:16]
+        for key in MATCH_KEYS
+    }
+
+
+def check_digest(path: Path, line: int, record: Mapping[str, Any], manifest: Mapping[str, Any]):
+    """Refuse data written under other values of the manifest's fields, naming the fields.
+
+    Records of an older passkt have no digest and are not checked.
+
+    Raises:
+        RunDirError: when a field of the manifest differs from the one the chunk was written with.
+    """
+    stored = record.get(DIGEST_KEY)
+    if stored is None:
+        return
+    current = manifest_digest(manifest)
+    if not isinstance(stored, dict):
+        raise RunDirError(
+            f"{path}: line {line}: {DIGEST_KEY} is not an object; the file is corrupt"
+        )
+    changed = [key for key in MATCH_KEYS if stored.get(key) != current[key]]
+    if changed:
+        raise RunDirError(
+            f"{path.parent / MANIFEST_FILE}: field(s) {', '.join(changed)} differ from those "
+            f"the results were written with ({path.name} line {line}); the manifest was edited "
+            "after the run started. Restore the original manifest, or start a new run."
+        )
+
+
 def _summarize(value: Any) -> str:
     if isinstance(value, list) and len(value) > 6:
         return f"[{', '.join(map(repr, value[:3]))}, ... {len(value)} items]"
@@ -271,13 +320,18 @@ def _parse_lines(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], bool]:
             return out, True
         try:
             record = json.loads(data[start:end])
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             if data.find(b"\n", end + 1) < 0 and not data[end + 1 :].strip():
                 return out, True  # garbage on the last line only: a torn write
             raise RunDirError(
-                f"{path}: line {len(out) + 1} is not valid JSON ({e}); the file was edited or "
-                "corrupted in the middle. Start a new run (another --out)."
+                f"{path}: line {len(out) + 1} is not valid JSON ({e}); the file was edited "
+                "or corrupted in the middle. Start a new run (another --out)."
             ) from e
+        if not isinstance(record, dict):
+            raise RunDirError(
+                f"{path}: line {len(out) + 1} is JSON but not an object ({type(record).__name__}); "
+                "every line must be a record. The file was edited; start a new run (another --out)."
+            )
         out.append((end + 1, record))
         start = end + 1
     return out, False
@@ -294,6 +348,8 @@ def read_run(directory: str | Path) -> RunContents:
     manifest = _read_manifest(directory)
     results = directory / RESULTS_FILE
     lines, torn = _parse_lines(results)
+    if lines:  # before the chunk sizes, which an edited n or budgets would change
+        check_digest(results, 1, lines[0][1], manifest)
     expected = _chunk_lines(manifest)
     records: list[dict[str, Any]] = []
     finished: list[int] = []
@@ -310,6 +366,7 @@ def read_run(directory: str | Path) -> RunContents:
                 f"{block[wrong[0]][1].get('chunk')!r} but chunk {chunk} was expected there; the "
                 "file does not follow this manifest. Start a new run (another --out)."
             )
+        check_digest(results, position + 1, block[0][1], manifest)
         records.extend(r for _, r in block)
         finished.append(chunk)
         valid_bytes = block[-1][0]
@@ -532,9 +589,10 @@ class RunStore:
                 f"chunk {chunk} must have {self._expected[chunk]} records (tasks x n x budgets), "
                 f"got {len(records)}"
             )
+        digest = {DIGEST_KEY: manifest_digest(self.manifest)}
         payload = "".join(
-            json.dumps({"chunk": chunk, **record}, ensure_ascii=False, default=str) + "\n"
-            for record in records
+            json.dumps({"chunk": chunk, **(digest if i == 0 else {}), **record}, **_JSON) + "\n"
+            for i, record in enumerate(records)
         ).encode("utf-8", errors=_SURROGATES)
         with self.results_path.open("ab") as f:
             f.write(payload)

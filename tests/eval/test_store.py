@@ -205,3 +205,41 @@ def test_corrupt_middle_line_is_an_error(tmp_path):
     (run / RESULTS_FILE).write_text("".join(lines), encoding="utf-8")
     with pytest.raises(RunDirError, match="line 4 is not valid JSON"):
         read_run(run)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("42\n", r"line 4 is JSON but not an object \(int\)"),
+        ('["a"]\n', r"line 4 is JSON but not an object \(list\)"),
+        (b'{"chunk": 0, "x": "\xff\xfe"}\n', r"line 4 is not valid JSON .*utf-8"),
+    ],
+)
+def test_lines_that_are_not_records_name_file_and_line(tmp_path, line, message):
+    run = tmp_path / "run"
+    write_run(run)
+    lines = (run / RESULTS_FILE).read_bytes().splitlines(keepends=True)
+    lines[3] = line if isinstance(line, bytes) else line.encode()
+    (run / RESULTS_FILE).write_bytes(b"".join(lines))
+    with pytest.raises(RunDirError, match=rf"{RESULTS_FILE}: {message}"):
+        read_run(run)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("seed", 99), ("policy", "hf:other/model"), ("budgets", [0, 1]), ("n", 3)],
+)
+def test_an_edited_manifest_is_refused_naming_the_field(tmp_path, field, value):
+    run = tmp_path / "run"
+    write_run(run, chunks=(0, 1))
+    edited = json.loads((run / MANIFEST_FILE).read_text())
+    edited[field] = value
+    (run / MANIFEST_FILE).write_text(json.dumps(edited))
+    with pytest.raises(RunDirError, match=rf"field\(s\) {field} differ"):
+        load_run(run, partial=True)  # what report does
+    with pytest.raises(RunDirError, match=rf"field\(s\) {field} differ"):
+        RunStore.open(run, edited, resume=True)  # a resume with the edited request
+    edited[field] = manifest()[field]  # undone, and the name (a label, not the request) edited
+    edited["name"] = "renamed"
+    (run / MANIFEST_FILE).write_text(json.dumps(edited))
+    assert load_run(run, partial=True)[1].name == "renamed"
