@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from passkt.envs.errors import DatasetFormatError, MissingDependencyError
+from passkt.envs.scoring import normalize_answer
 from passkt.envs.tasks import Paragraph, Task
 
 logger = logging.getLogger(__name__)
@@ -344,6 +345,13 @@ def parse_record(record: Any, label: str, origin: str, split: str) -> Task:
     where = (origin, f"{label} (_id {record_id!r})")
     question = require(record, "question", str, where)
     answer = require(record, "answer", str, where)
+    if not normalize_answer(answer):
+        raise DatasetFormatError(
+            *where,
+            "answer",
+            f"{answer!r} is empty after HotpotQA normalization, so an empty "
+            "answer would score 1.0; fix the record or remove it",
+        )
     question_type = require(record, "type", str, where)
     if question_type not in HOTPOTQA_TYPES:
         raise DatasetFormatError(
