@@ -184,6 +184,11 @@ def select_tasks(
     return chosen
 
 
+MAX_N = 65_536
+"""Most samples per (task, T) in one run: a chunk holds at least one task's n x budgets episodes
+in memory, so a mistyped huge n would run out of memory rather than fail."""
+
+
 def default_chunk_tasks(n: int) -> int:
     """Tasks per chunk so a chunk holds about ``DEFAULT_CHUNK_EPISODES`` episodes."""
     return max(1, -(-DEFAULT_CHUNK_EPISODES // n))
@@ -238,8 +243,11 @@ def _plan(
     share_prefix: bool | None,
 ) -> _Plan:
     """Check the request against the env and fix the tasks, grids and sharing mode."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise ValueError(
+            f"n must be an int from 1 to {MAX_N} (samples per (task, T)), got {n!r}; for more "
+            "samples, make several runs with different seeds"
+        )
     ks = default_ks(n) if ks is None else check_ks(ks, n)
     info = env_info(env_id, env_kwargs, split)
     tasks = select_tasks(info.tasks, task_ids, limit)

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import platform
+import re
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -87,6 +88,8 @@ _SURROGATES = "backslashreplace"
 e.g. from a JSON ``\\ud800`` escape) only ever occurs inside a JSON string, where Python's
 ``\\udXXX`` backslash form is exactly JSON's escape for it, so it reads back as the same
 string. (Two surrogates that form a pair read back as the one character they encode.)"""
+
+_SECRET_OPTION = re.compile(r"(?i)(^|_)(api_?key|token|secret|password|passwd|credentials?)($|_)")
 
 _JSON: dict[str, Any] = {"ensure_ascii": False, "default": str}
 
@@ -169,7 +172,18 @@ def make_manifest(
         task_ids: The tasks, in run order.
         name: Run name used in tables and legends (default: the policy).
         runtime: Options that do not change the samples (``device=``); recorded, not checked.
+
+    Raises:
+        ValueError: when an option looks like a secret (``api_key``, ``token``, ...), which the
+            manifest would hold in plain text; name an environment variable instead.
     """
+    for key in (*(policy_options or {}), *(runtime or {})):
+        if _SECRET_OPTION.search(str(key)) and not str(key).endswith("_env"):
+            raise ValueError(
+                f"policy option {key!r} looks like a secret and would be written in plain text "
+                f"to {MANIFEST_FILE}; pass {key}_env='NAME' (the environment variable that holds "
+                "it) instead"
+            )
     manifest = {
         "format": FORMAT_VERSION,
         "name": name or policy,

@@ -220,3 +220,17 @@ def test_console_script_error_has_no_traceback():
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith("passkt: error: Unknown env id 'BridgQA-v0'")
+
+
+def test_out_of_range_values_are_one_line_errors(tmp_path, capsys):
+    assert_one_line_error(capsys, ["eval", "--limit", "0"], "--limit", "positive int or 'all'")
+    assert_one_line_error(capsys, ["eval", "--temperature", "nan"], "--temperature", "finite")
+    assert_one_line_error(capsys, ["eval", "--top-p", "inf"], "--top-p", "finite")
+    assert_one_line_error(capsys, ["eval", "--budgets", ""], "--budgets is empty")
+    assert_one_line_error(capsys, ["eval", "--ks", ""], "--ks is empty")
+    assert_one_line_error(capsys, ["eval", "--n", "99999999999"], "n must be an int from 1 to")
+    (tmp_path / "file").write_text("x")
+    assert_one_line_error(
+        capsys, ["eval", "--out", str(tmp_path / "file" / "run")], "is a file", "another --out"
+    )
+    assert not (tmp_path / "file" / "run").exists()

@@ -243,3 +243,25 @@ def test_an_edited_manifest_is_refused_naming_the_field(tmp_path, field, value):
     edited["name"] = "renamed"
     (run / MANIFEST_FILE).write_text(json.dumps(edited))
     assert load_run(run, partial=True)[1].name == "renamed"
+
+
+@pytest.mark.parametrize("key", ["api_key", "apiKey", "hf_token", "client_secret", "password"])
+def test_secret_options_are_never_written(tmp_path, key):
+    from passkt.eval.evaluate import evaluate
+
+    with pytest.raises(ValueError, match=rf"{key}.*plain text.*{key}_env='NAME'"):
+        manifest(policy_options={key: "sk-do-not-store"})
+    with pytest.raises(ValueError, match="looks like a secret"):
+        evaluate(
+            "BridgeQA-v0",
+            "openai:http://127.0.0.1:9/v1#m",
+            policy_options={key: "sk-do-not-store"},
+            limit=2,
+            n=1,
+            out_dir=tmp_path / "run",
+            progress=False,
+        )
+    assert not (tmp_path / "run").exists()
+    assert manifest(policy_options={f"{key}_env": "MY_KEY"})["policy_options"] == {
+        f"{key}_env": "MY_KEY"
+    }
