@@ -222,7 +222,7 @@ def test_api_key_env_names_the_variable_that_holds_the_key(monkeypatch):
     policy = OpenAIPolicy("http://127.0.0.1:9/v1", "m", api_key_env="PASSKT_TEST_KEY")
     assert policy.client.api_key == "sk-from-env"
     monkeypatch.delenv("PASSKT_TEST_KEY")
-    with pytest.raises(ValueError, match="PASSKT_TEST_KEY.*not set; export"):
+    with pytest.raises(ValueError, match=r"PASSKT_TEST_KEY.*not set; export"):
         OpenAIPolicy("http://127.0.0.1:9/v1", "m", api_key_env="PASSKT_TEST_KEY")
     with pytest.raises(ValueError, match="not both"):
         OpenAIPolicy("http://127.0.0.1:9/v1", "m", api_key="k", api_key_env="PASSKT_TEST_KEY")
