@@ -18,6 +18,7 @@ returns them (vLLM does with ``return_tokens_as_token_ids``; ask for it with
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -126,6 +127,7 @@ class OpenAIPolicy:
         model: str,
         *,
         api_key: str | None = None,
+        api_key_env: str | None = None,
         timeout: float = 60.0,
         max_retries: int = 3,
         backoff: float = 0.5,
@@ -140,6 +142,9 @@ class OpenAIPolicy:
             model: The served model name (``GET /v1/models`` lists them).
             api_key: Bearer token; default ``"EMPTY"``, which local servers accept. Your
                 ``OPENAI_API_KEY`` is never read implicitly (it must not leak to other servers).
+            api_key_env: Instead of ``api_key``, the name of the environment variable that holds
+                it. Use this in ``policy_options``: run manifests record options in plain text,
+                so they refuse an ``api_key`` but may hold the variable's name.
             timeout: Seconds to wait for one answer.
             max_retries: Retries after a connection error, timeout, HTTP 429 or 5xx.
             backoff: Seconds before the first retry; doubled for each further one.
@@ -162,6 +167,15 @@ class OpenAIPolicy:
             raise ValueError(
                 f"need max_retries >= 0 and concurrency >= 1, got {max_retries}, {concurrency}"
             )
+        if api_key_env is not None:
+            if api_key is not None:
+                raise ValueError("give api_key or api_key_env, not both")
+            api_key = os.environ.get(api_key_env)
+            if not api_key:
+                raise ValueError(
+                    f"api_key_env={api_key_env!r}: that environment variable is not set; export "
+                    f"{api_key_env}=<your key> first"
+                )
         self.base_url, self.model = base_url, model
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
         self.logprobs, self.concurrency, self.token_ids = logprobs, concurrency, token_ids

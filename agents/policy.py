@@ -42,8 +42,8 @@ class SamplingParams:
     """Same seed, same batch, same completions."""
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not self.temperature >= 0 or self.temperature == float("inf"):  # also refuses NaN
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < -1:

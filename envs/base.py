@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -152,6 +152,7 @@ class _Episode:
     answer: str | None = None
     correct: bool = False
     f1: float = 0.0
+    score_note: str | None = None
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -160,11 +161,11 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return value
 
 
-def _score(task: Task, prediction: str) -> tuple[bool, float]:
+def _score(task: Task, prediction: str) -> tuple[bool, float, str | None]:
     from passkt.envs.scoring import score_answer  # math-verify is imported on first answer only
 
     score = score_answer(task, prediction)
-    return bool(score.correct), float(score.f1)
+    return bool(score.correct), float(score.f1), score.note
 
 
 class ToolUseEnv(gym.Env[str, str]):
@@ -177,7 +178,8 @@ class ToolUseEnv(gym.Env[str, str]):
 
     ## Action Space
     ``ActionText``: any Unicode string (``step`` also parses strings longer than
-    ``ACTION_MAX_LENGTH``). ``action_space.sample()`` gives a random well-formed action.
+    ``ACTION_MAX_LENGTH``). ``action_space.sample()`` gives a random well-formed action (an
+    answer when T = 0, where a search could only end the episode).
 
     ## Observation Space
     ``UnicodeText(max_length=OBSERVATION_MAX_LENGTH)``. Reset: the question. After a search:
@@ -204,7 +206,8 @@ class ToolUseEnv(gym.Env[str, str]):
     ``task_id``, ``category``, ``tool_calls``, ``turns``, ``budget`` (T), ``depth`` (the task's
     minimum number of calls), ``action`` (the kind of the last action: ``"search"``,
     ``"answer"``, ``"invalid"``; ``None`` at reset), ``answer`` (``None`` until answered),
-    ``correct``, ``f1``.
+    ``correct``, ``f1``, ``score_note`` (why an answer was not compared and scored 0, e.g. a math
+    answer too costly to compare within the CPU limit; otherwise ``None``).
 
     ## Arguments
     See the env classes; every argument is checked at construction.
@@ -253,9 +256,7 @@ class ToolUseEnv(gym.Env[str, str]):
         self.tasks: tuple[Task, ...] = self._load(source, split, path, hops, source_options, tasks)
         self._task_index = {task.task_id: i for i, task in enumerate(self.tasks)}
         self._retrievers = _Retrievers(retriever, search_corpus, self.tasks)
-        self.action_space = ActionText(
-            ACTION_MAX_LENGTH, tags=("search", "answer") if self.has_tools else ("answer",)
-        )
+        self.action_space = self._action_space(self.max_tool_calls)
         self.observation_space = UnicodeText(OBSERVATION_MAX_LENGTH)
         self._episode: _Episode | None = None
 
@@ -340,6 +341,11 @@ class ToolUseEnv(gym.Env[str, str]):
         Raises:
             UnknownTaskError: ``task_id`` is not one of ``self.tasks``.
         """
+        if options is not None and not isinstance(options, Mapping):
+            raise ValueError(
+                f"reset(options=...) must be a dict such as {{'task_id': 'id'}}, got "
+                f"{type(options).__name__} {options!r:.80}"
+            )
         super().reset(seed=seed)
         options = dict(options or {})
         unknown = set(options) - {"task_id"}
@@ -375,7 +381,7 @@ class ToolUseEnv(gym.Env[str, str]):
         reward, terminated, truncated = 0.0, False, False
         if parsed.kind == "answer":
             episode.answer = parsed.content
-            episode.correct, episode.f1 = _score(episode.task, parsed.content)
+            episode.correct, episode.f1, episode.score_note = _score(episode.task, parsed.content)
             reward, terminated = float(episode.correct), True
             episode.finished = True
             observation = ANSWER_RECEIVED
@@ -447,6 +453,8 @@ class ToolUseEnv(gym.Env[str, str]):
         clone._episode = dataclasses.replace(episode)
         clone._np_random = copy.deepcopy(self._np_random)
         clone.action_space = copy.deepcopy(self.action_space)
+        if (max_tool_calls == 0) != (self.max_tool_calls == 0):
+            clone.action_space = clone._action_space(max_tool_calls)
         clone.observation_space = copy.deepcopy(self.observation_space)
         if self.spec is not None:
             kwargs = {**self.spec.kwargs, "max_tool_calls": max_tool_calls}
@@ -455,6 +463,11 @@ class ToolUseEnv(gym.Env[str, str]):
         return clone, clone._episode.observation
 
     # --- helpers --------------------------------------------------------------------------------
+
+    def _action_space(self, budget: int) -> ActionText:
+        # With no call to spend a search only truncates: sample answers (as check_env expects).
+        tags = ("search", "answer") if self.has_tools and budget > 0 else ("answer",)
+        return ActionText(ACTION_MAX_LENGTH, tags=tags)
 
     @property
     def task(self) -> Task | None:
@@ -496,4 +509,5 @@ class ToolUseEnv(gym.Env[str, str]):
             "answer": episode.answer,
             "correct": episode.correct,
             "f1": episode.f1,
+            "score_note": episode.score_note,
         }

@@ -29,6 +29,7 @@ asked (or refuses, with ``rebuild=False``); ``open_corpus`` is the cached loader
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import functools
 import hashlib
@@ -169,6 +170,28 @@ class _MappedParagraphs(Sequence[Paragraph]):
         self._titles = _map_bytes(folder / "titles.bin")
         self._texts = _map_bytes(folder / "texts.bin")
         self._size = size
+        self._check_files(folder)
+
+    def _check_files(self, folder: Path) -> None:
+        """Refuse truncated or corrupt files at open, not in the middle of an episode.
+
+        Titles are small, so all of them are decoded once here; a text with invalid UTF-8 (which
+        only a corrupt file holds) is read with replacement characters rather than failing a step.
+        """
+        for column, name, data in ((0, "titles.bin", self._titles), (1, "texts.bin", self._texts)):
+            expected = int(self._offsets[-1, column])
+            if len(data) != expected or int(self._offsets[0, column]) != 0:
+                raise CorpusIndexError(
+                    f"{folder / name} has {len(data)} bytes but offsets.npy describes {expected}; "
+                    "the file is truncated or from another corpus: rebuild the folder."
+                )
+        try:
+            codecs.decode(memoryview(self._titles), "utf-8")
+        except UnicodeDecodeError as e:
+            raise CorpusIndexError(
+                f"{folder / 'titles.bin'}: invalid UTF-8 at byte {e.start}; the file is corrupt: "
+                "rebuild the folder."
+            ) from None
 
     def __len__(self) -> int:
         return self._size
@@ -182,8 +205,8 @@ class _MappedParagraphs(Sequence[Paragraph]):
             raise IndexError(f"paragraph index {index} out of range for {self._size}")
         (t0, x0), (t1, x1) = self._offsets[index], self._offsets[index + 1]
         return Paragraph(
-            self._titles[int(t0) : int(t1)].decode("utf-8"),
-            self._texts[int(x0) : int(x1)].decode("utf-8"),
+            self._titles[int(t0) : int(t1)].decode("utf-8", "replace"),
+            self._texts[int(x0) : int(x1)].decode("utf-8", "replace"),
         )
 
 

@@ -38,9 +38,12 @@ class MathEnv(ToolUseEnv):
     ``reset(options={"task_id": ...})``.
 
     ## Rewards
-    1.0 if the answer is mathematically equivalent to the gold answer (``math-verify`` for
-    MATH-500 and synthetic problems, so ``\\frac{1}{2}`` equals ``0.5``; numeric equality for
-    GSM8K), else 0.0.
+    1.0 if the answer is mathematically equivalent to the gold answer, else 0.0. MATH-500 answers
+    are compared with ``math-verify`` (so ``\\frac{1}{2}`` equals ``0.5``) in a worker process
+    limited to ``passkt.envs.math_worker.DEFAULT_CPU_LIMIT_S`` seconds of CPU; an answer that
+    is too costly to compare (a power tower, a huge factorial, a high power of a sum) scores 0.0
+    and ``info["score_note"]`` says why. Synthetic problems (integer answers) and GSM8K compare
+    the last number of the answer exactly (``passkt.envs.scoring.number_equal``).
 
     ## Episode End
     After one turn: terminated if it is an answer, else truncated (reward 0).
@@ -48,7 +51,8 @@ class MathEnv(ToolUseEnv):
     ## Information
     ``task_id``, ``category`` (``"math"``), ``tool_calls`` (always 0), ``turns``, ``budget``
     (0), ``depth`` (0), ``action`` (``"answer"``, ``"invalid"``, or ``None`` at reset),
-    ``answer`` (``None`` until answered), ``correct``, ``f1``.
+    ``answer`` (``None`` until answered), ``correct``, ``f1``, ``score_note`` (why the answer
+    was not compared, else ``None``).
 
     ## Arguments
     - ``source``: ``"synthetic"``, ``"math500"``, ``"gsm8k"``, or a source added with

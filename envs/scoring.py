@@ -16,12 +16,13 @@ import logging
 import math
 import re
 import string
-import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
+from passkt.envs.math_guard import refusal
+from passkt.envs.math_worker import DEFAULT_CPU_LIMIT_S, compare_math
 from passkt.envs.tasks import Task
 
 logger = logging.getLogger(__name__)
@@ -29,12 +30,15 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "MAX_MATH_CHARS",
     "MAX_MATH_DIGITS",
+    "MAX_SYMBOLIC_POWER",
     "Score",
     "exact_match",
     "f1_score",
     "math_equal",
+    "math_equal_parsed",
     "normalize_answer",
     "number_equal",
+    "parse_math",
     "score_answer",
 ]
 
@@ -108,13 +112,17 @@ MAX_MATH_DIGITS = 100_000
 parse tree before any evaluation). ``10^{100000}`` is compared; ``9^{9^{9}}`` or ``(10^{10})!``,
 which sympy would try to expand for minutes, count as not equal."""
 
+MAX_SYMBOLIC_POWER = 64
+"""Highest integer power of a sum or product with variables that is compared: sympy expands
+``(x+y+z+1)^{200}`` into millions of terms, which would take minutes and gigabytes."""
+
 # An answer that already says where its math is (boxed, $...$, \(...\), \[...\]) is parsed as it is;
 # a bare answer (``\frac{1}{2}``, ``0.5``) is treated as one LaTeX expression. ``\$`` is a dollar
 # sign, not a delimiter.
 _LATEX_DELIMITED = re.compile(r"\\boxed|(?<!\\)\$|\\\(|\\\[")
 
-# math-verify logs a warning on its first call without timeouts; math_equal runs without them on
-# purpose (see its docstring), so that one message is noise for our users.
+# math-verify logs a warning on every call without timeouts; the comparison runs without them on
+# purpose (the worker process bounds its CPU time instead), so that message is noise for our users.
 _TIMEOUT_WARNING = "Timeout is disabled"
 
 
@@ -127,48 +135,67 @@ for _name in ("math_verify.parser", "math_verify.grader"):
     logging.getLogger(_name).addFilter(_DropTimeoutWarning())
 
 
-def math_equal(prediction: str, gold: str, *, timeout_s: int | None = None) -> bool:
+def math_equal(prediction: str, gold: str, *, cpu_limit_s: float = DEFAULT_CPU_LIMIT_S) -> bool:
     """Whether a predicted math answer equals the gold answer (``math-verify`` parse + verify).
 
     ``\\frac{1}{2}`` equals ``0.5``, ``\\boxed{3}`` equals ``3``, ``2\\sqrt{2}`` equals
     ``\\sqrt{8}``. A bare answer is read as one LaTeX expression; text with ``\\boxed{}`` or ``$``
     delimiters is searched for its final answer as math-verify does.
 
-    Safety without timeouts: math-verify's own timeouts use ``signal.alarm``, which only works on
-    the main thread and cancels any alarm the caller (e.g. ``pytest-timeout``) has set. By default
-    they are off, and pathological inputs are refused before sympy evaluates them: answers longer
-    than ``MAX_MATH_CHARS``, and expressions whose numbers could exceed ``MAX_MATH_DIGITS`` digits
-    (power towers, factorials of huge numbers). So this function is safe in any thread.
+    Bounded in any thread and process: the comparison runs in a worker process that is killed
+    once it has used ``cpu_limit_s`` of CPU (``passkt.envs.math_worker``), after cheap checks that
+    refuse hopeless inputs before parsing (``passkt.envs.math_guard``: power towers, huge
+    factorials and binomials, deep nesting; answers longer than ``MAX_MATH_CHARS``) and after
+    parsing (numbers of more than ``MAX_MATH_DIGITS`` digits, high powers of sums).
 
     Args:
         prediction: The predicted answer (a bare answer or text with a ``\\boxed{}``).
         gold: The gold answer (e.g. a MATH-500 ``answer`` field).
-        timeout_s: Optionally also use math-verify's signal timeout of this many seconds per parse
-            and comparison. Honoured only on the main thread; elsewhere it is ignored.
+        cpu_limit_s: CPU seconds the comparison may use.
 
     Returns:
         True if the two are mathematically equal; False otherwise, including when either cannot
-        be parsed. Never raises for any input strings.
+        be parsed or the comparison is too costly. Never raises for any input strings.
     """
     if not isinstance(prediction, str) or not isinstance(gold, str):
         return False
-    if len(prediction) > MAX_MATH_CHARS or len(gold) > MAX_MATH_CHARS:
-        return False
-    if timeout_s is not None and threading.current_thread() is not threading.main_thread():
-        timeout_s = None  # signal.alarm is main-thread only; the guards above still apply
-    from math_verify import parse, verify
-    from math_verify.errors import TimeoutException
+    return compare_math(prediction, [gold], cpu_limit_s=cpu_limit_s).correct
+
+
+def parse_math(answer: str) -> list[object] | str:
+    """math-verify's parse of an answer, or the reason it is too costly to compare.
+
+    Unbounded in time by itself: the worker process (``passkt.envs.math_worker``) calls it.
+    An answer that cannot be parsed gives an empty list.
+    """
+    if not isinstance(answer, str):
+        return []
+    if len(answer) > MAX_MATH_CHARS:
+        return f"not compared: longer than {MAX_MATH_CHARS} characters"
+    reason = refusal(answer)
+    if reason is not None:
+        return f"not compared: {reason}"
+    from math_verify import parse
 
     try:
-        gold_parsed = parse(_delimit(gold), parsing_timeout=timeout_s)  # type: ignore[arg-type]
-        pred_parsed = parse(_delimit(prediction), parsing_timeout=timeout_s)  # type: ignore[arg-type]
-        if not gold_parsed or not pred_parsed:
-            return False
-        if _too_large(gold_parsed) or _too_large(pred_parsed):
-            return False
-        return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout_s))
-    except (Exception, TimeoutException):  # math-verify catches most errors itself: last net
-        logger.debug("math_equal failed on %.80r vs %.80r", prediction, gold, exc_info=True)
+        parsed = parse(_delimit(answer), parsing_timeout=None)  # type: ignore[arg-type]
+    except Exception:  # math-verify catches most errors itself: last net
+        logger.debug("parse failed on %.80r", answer, exc_info=True)
+        return []
+    reason = _too_costly(parsed)
+    return parsed if reason is None else f"not compared: {reason}"
+
+
+def math_equal_parsed(gold: list[object], prediction: list[object]) -> bool:
+    """math-verify's ``verify`` of two ``parse_math`` results (no timeout; see ``parse_math``)."""
+    if not gold or not prediction:
+        return False
+    from math_verify import verify
+
+    try:
+        return bool(verify(gold, prediction, timeout_seconds=None))
+    except Exception:  # math-verify catches most errors itself: last net
+        logger.debug("verify failed on %.80r vs %.80r", prediction, gold, exc_info=True)
         return False
 
 
@@ -176,12 +203,26 @@ def _delimit(answer: str) -> str:
     return answer if _LATEX_DELIMITED.search(answer) else f"\\boxed{{{answer}}}"
 
 
-def _too_large(parsed: Iterable[object]) -> bool:
-    """Whether any parsed sympy expression could denote a number of more than MAX_MATH_DIGITS."""
-    from sympy import Basic
+def _too_costly(parsed: Iterable[object]) -> str | None:
+    """Why a parsed answer is too costly to compare (huge numbers, high powers of sums), or None."""
+    from sympy import Basic, Pow
 
     limit = float(MAX_MATH_DIGITS)
-    return any(isinstance(e, Basic) and _log10_bound(e, limit) > limit for e in parsed)
+    for expr in parsed:
+        if not isinstance(expr, Basic):
+            continue
+        if _log10_bound(expr, limit) > limit:
+            return f"a number of more than {MAX_MATH_DIGITS} digits"
+        for power in expr.atoms(Pow):
+            base, exponent = power.args
+            if (
+                exponent.is_Number
+                and abs(float(exponent)) > MAX_SYMBOLIC_POWER
+                and base.free_symbols
+                and not base.is_Symbol
+            ):
+                return f"a power {exponent} of an expression (limit {MAX_SYMBOLIC_POWER})"
+    return None
 
 
 _FACTORIAL_LIKE = frozenset(
@@ -220,6 +261,8 @@ def _log10_bound(expr: object, limit: float) -> float:
     top = max(bounds)
     if top > limit:
         return math.inf
+    if type(expr).__name__ == "exp":  # exp(x) <= 10^(0.44 x): a power of e, not a plain function
+        return math.inf if top > math.log10(limit) else 0.4343 * 10**top
     if isinstance(expr, Pow):
         base, exponent = bounds
         # |b^e| <= 10^(|e| * log10|b|), and |e| <= 10^(bound of e)
@@ -296,14 +339,18 @@ class Score:
     """Exact match (text), mathematical equivalence (math) or numeric equality (number)."""
     f1: float
     """HotpotQA token F1 for text answers; 1.0 or 0.0 (= correct) for math and number answers."""
+    note: str | None = None
+    """Why a math answer was not compared (too costly to compare; it scores 0), else None."""
 
 
 def score_answer(task: Task, prediction: str) -> Score:
     """Score a prediction against a task's answer and aliases, by ``task.answer_type``.
 
     ``"text"``: correct if any gold answer matches exactly (``exact_match``); F1 is the best over
-    the gold answers. ``"math"``: ``math_equal`` against any gold answer. ``"number"``:
-    ``number_equal`` against any gold answer. For math and number, F1 is 1.0 if correct else 0.0.
+    the gold answers. ``"math"``: equal to any gold answer (as ``math_equal``), with one CPU
+    limit for the whole comparison; ``Score.note`` says why a too-costly answer scored 0.
+    ``"number"``: ``number_equal`` against any gold answer. For math and number, F1 is 1.0 if
+    correct else 0.0.
 
     Args:
         task: The task, with ``answer``, ``aliases`` and ``answer_type``.
@@ -319,8 +366,10 @@ def score_answer(task: Task, prediction: str) -> Score:
         correct = any(exact_match(prediction, gold) for gold in task.answers)
         return Score(correct=correct, f1=max(f1_score(prediction, gold) for gold in task.answers))
     if task.answer_type == "math":
-        correct = any(math_equal(prediction, gold) for gold in task.answers)
-    elif task.answer_type == "number":
+        text = prediction if isinstance(prediction, str) else ""
+        verdict = compare_math(text, list(task.answers))
+        return Score(correct=verdict.correct, f1=float(verdict.correct), note=verdict.note)
+    if task.answer_type == "number":
         correct = any(number_equal(prediction, gold) for gold in task.answers)
     else:
         raise ValueError(

@@ -63,6 +63,14 @@ class WikipediaUnavailableError(PassktError, RuntimeError):
     """A page or search that is not in the cache and cannot be fetched (offline or failing)."""
 
 
+def _valid_text(text: str) -> str:
+    """``text`` with each lone surrogate (which a model's text may hold) replaced by U+FFFD.
+
+    No title or search can contain one, and neither SQLite nor HTTP can carry it.
+    """
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def normalize_title(title: str) -> str:
     """MediaWiki's title form: NFC, underscores as spaces, single spaces, first letter upper."""
     title = " ".join(unicodedata.normalize("NFC", title).replace("_", " ").split())
@@ -298,7 +306,7 @@ class WikipediaTool:
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        query = " ".join(query.split())
+        query = " ".join(_valid_text(query).split())
         if not query:
             return []
         pages: list[WikiPage] = []
@@ -326,6 +334,7 @@ class WikipediaTool:
         Raises:
             WikipediaUnavailableError: Not cached (or stale) and the network cannot be used.
         """
+        title = _valid_text(title)
         cached = self.cache.get_page(self.language, title)
         if cached is not None and self._fresh(cached.fetched_at):
             return cached.page
@@ -349,6 +358,7 @@ class WikipediaTool:
         Raises:
             WikipediaUnavailableError: Not cached (or stale) and the network cannot be used.
         """
+        query = _valid_text(query)
         cached = self.cache.get_search(self.language, query)
         # Fewer titles than were asked for means Wikipedia has no more: the entry answers any limit.
         enough = cached is not None and (cached.limit >= limit or len(cached.titles) < cached.limit)

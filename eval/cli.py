@@ -12,6 +12,7 @@ import argparse
 import datetime as _dt
 import importlib
 import logging
+import math
 import re
 import sys
 import time
@@ -128,7 +129,7 @@ def _parse_task_ids(text: str | None) -> list[str] | None:
 
 
 def _parse_limit(text: str) -> int | None:
-    if text.lower() in ("all", "0", "none"):
+    if text.lower() in ("all", "none"):
         return None
     try:
         value = int(text)
@@ -136,8 +137,18 @@ def _parse_limit(text: str) -> int | None:
         raise argparse.ArgumentTypeError(
             f"expected a positive int or 'all', got {text!r}"
         ) from None
-    if value < 0:
+    if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive int or 'all', got {text!r}")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
 
 
@@ -208,13 +219,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     task_ids = _parse_task_ids(args.task_ids)
     if args.resume and args.out is None:
         raise ValueError("--resume needs --out RUN_DIR: the run directory to continue")
-    budgets = parse_int_list(args.budgets, "--budgets") if args.budgets else None
+    budgets = parse_int_list(args.budgets, "--budgets") if args.budgets is not None else None
     if budgets is None:
         info = env_info(args.env, env_kwargs, args.split)
         budgets = DEFAULT_BUDGETS if info.has_tools else (0,)
         if not info.has_tools:
             print(f"passkt: {args.env} has no tools: evaluating T = 0 only", file=sys.stderr)
-    ks = parse_int_list(args.ks, "--ks") if args.ks else None
+    ks = parse_int_list(args.ks, "--ks") if args.ks is not None else None
     params = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens
     )
@@ -262,7 +273,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    ks = parse_int_list(args.ks, "--ks") if args.ks else None
+    ks = parse_int_list(args.ks, "--ks") if args.ks is not None else None
     report = write_report(
         args.run_dir,
         args.out,
@@ -277,7 +288,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    ks = parse_int_list(args.ks, "--ks") if args.ks else None
+    ks = parse_int_list(args.ks, "--ks") if args.ks is not None else None
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     out = args.out
     if out is None:
@@ -334,8 +345,10 @@ def _add_eval(subparsers: Any) -> None:
         help="first N tasks of the split, or 'all' (default %(default)s, as in the study)",
     )
     p.add_argument("--task-ids", metavar="ID,...|@FILE", help="only these tasks, in this order")
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1.0)")
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument(
+        "--temperature", type=_finite_float, default=1.0, help="0 = greedy (default 1.0)"
+    )
+    p.add_argument("--top-p", type=_finite_float, default=1.0)
     p.add_argument("--max-new-tokens", type=_positive_int, default=256, help="per turn")
     p.add_argument("--seed", type=int, default=0, help="run seed (chunk seeds derive from it)")
     p.add_argument("--device", help="hf/vllm: cpu, cuda, cuda:1 ... (default cpu for hf)")
@@ -361,7 +374,7 @@ def _add_eval(subparsers: Any) -> None:
 def _add_stats_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ks", metavar="K,...", help="k grid (default powers of two up to n)")
     p.add_argument("--n-boot", type=_positive_int, default=1000, help="bootstrap resamples")
-    p.add_argument("--level", type=float, default=0.95, help="confidence level")
+    p.add_argument("--level", type=_finite_float, default=0.95, help="confidence level")
 
 
 def _add_report(subparsers: Any) -> None:

@@ -184,6 +184,11 @@ def select_tasks(
     return chosen
 
 
+MAX_N = 65_536
+"""Most samples per (task, T) in one run: a chunk holds at least one task's n x budgets episodes
+in memory, so a mistyped huge n would run out of memory rather than fail."""
+
+
 def default_chunk_tasks(n: int) -> int:
     """Tasks per chunk so a chunk holds about ``DEFAULT_CHUNK_EPISODES`` episodes."""
     return max(1, -(-DEFAULT_CHUNK_EPISODES // n))
@@ -238,8 +243,11 @@ def _plan(
     share_prefix: bool | None,
 ) -> _Plan:
     """Check the request against the env and fix the tasks, grids and sharing mode."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise ValueError(
+            f"n must be an int from 1 to {MAX_N} (samples per (task, T)), got {n!r}; for more "
+            "samples, make several runs with different seeds"
+        )
     ks = default_ks(n) if ks is None else check_ks(ks, n)
     info = env_info(env_id, env_kwargs, split)
     tasks = select_tasks(info.tasks, task_ids, limit)
@@ -336,30 +344,34 @@ def evaluate(
     )
     # Open (or refuse) the run directory before loading a model, which may take minutes.
     store = None if out_dir is None else RunStore.open(out_dir, manifest, resume=resume)
-    if store is not None:
-        manifest = store.manifest
-        if on_open is not None:
-            on_open(store.directory, len(store.finished_chunks), int(manifest["num_chunks"]))
-    if isinstance(policy, str):
-        from passkt.agents.specs import load_policy
+    try:
+        if store is not None:
+            manifest = store.manifest
+            if on_open is not None:
+                on_open(store.directory, len(store.finished_chunks), int(manifest["num_chunks"]))
+        if isinstance(policy, str):
+            from passkt.agents.specs import load_policy
 
-        policy = load_policy(policy, tasks=plan.info.tasks, **options)
-    bounds = chunk_bounds(len(plan.task_ids), chunk_tasks)
-    skipped = frozenset() if store is None else store.finished_chunks
-    rollout_kwargs = dict(
-        n=n,
-        budgets=plan.budgets,
-        env_kwargs=_env_kwargs(env_kwargs, split),
-        params=params,
-        share_prefix=plan.share_prefix,
-    )
-    records, parts = _run_chunks(
-        policy, env_id, plan.task_ids, bounds, skipped, seed, store, rollout_kwargs, progress
-    )
-    if store is not None:
-        _, table = load_run(store.directory, name=manifest["name"])
-    else:
-        table = OutcomeTable.from_records(records, name=manifest["name"])
+            policy = load_policy(policy, tasks=plan.info.tasks, **options)
+        bounds = chunk_bounds(len(plan.task_ids), chunk_tasks)
+        skipped = frozenset() if store is None else store.finished_chunks
+        rollout_kwargs = dict(
+            n=n,
+            budgets=plan.budgets,
+            env_kwargs=_env_kwargs(env_kwargs, split),
+            params=params,
+            share_prefix=plan.share_prefix,
+        )
+        records, parts = _run_chunks(
+            policy, env_id, plan.task_ids, bounds, skipped, seed, store, rollout_kwargs, progress
+        )
+        if store is not None:
+            _, table = load_run(store.directory, name=manifest["name"])
+        else:
+            table = OutcomeTable.from_records(records, name=manifest["name"])
+    finally:
+        if store is not None:
+            store.close()  # the writer lock: another process may resume the run now
     return EvalRun(
         outcomes=table,
         surface=surface(table, plan.ks),

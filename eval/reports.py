@@ -68,7 +68,7 @@ def write_report(
     ci = bootstrap_surface(surf, n_boot=n_boot, level=level, seed=seed)
     files = list(write_surface_tables(surf, ci, out, "surface").values())
     boundary = _boundary_markdown(table)
-    (out / "boundary.md").write_text(boundary, encoding="utf-8")
+    (out / "boundary.md").write_text(boundary, encoding="utf-8", errors="backslashreplace")
     files.append(out / "boundary.md")
     files += plot_surface_heatmap(surf, out / "heatmap")
     files += plot_pass_curves({table.name: (surf, ci)}, out / "pass_curves")
@@ -79,7 +79,7 @@ def write_report(
         f"policy {manifest['policy']}, seed {manifest['seed']}\n"
     )
     summary = markdown + "\n![PASS@(k,T) heatmap](heatmap.png)\n\n![pass curves](pass_curves.png)\n"
-    (out / "report.md").write_text(summary, encoding="utf-8")
+    (out / "report.md").write_text(summary, encoding="utf-8", errors="backslashreplace")
     files.append(out / "report.md")
     return Report(markdown, out, tuple(files))
 
@@ -95,7 +95,9 @@ def _run_names(run_dirs: Sequence[Path], manifests: Sequence[dict], names: Seque
             chosen = [d.resolve().name for d in run_dirs]
     if len(set(chosen)) != len(chosen):
         raise ValueError(f"runs need distinct names, got {chosen}; pass --names a,b,...")
-    return chosen
+    from passkt.eval.store import escape_surrogates
+
+    return [escape_surrogates(name) for name in chosen]
 
 
 def write_comparison(
@@ -148,7 +150,7 @@ def write_comparison(
     parts: list[str] = []
 
     def write(name: str, text: str) -> None:
-        (out / name).write_text(text, encoding="utf-8")
+        (out / name).write_text(text, encoding="utf-8", errors="backslashreplace")
         files.append(out / name)
 
     a = tables[0]

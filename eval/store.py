@@ -1,12 +1,16 @@
 """The result store: one run directory per evaluation, append-only and crash-safe.
 
-A run directory holds two files:
+A run directory holds these files:
 
 - ``manifest.json``: what was asked for (env id and kwargs, policy, sampling parameters, ``n``,
   budgets, seed, split, task ids, chunk size) and where it ran (passkt, Python and key package
   versions, git commit, creation time). Written once, atomically.
 - ``results.jsonl``: one line per (task, sample, T): the episode's ``Episode.to_record()`` (the
-  transcript and its outcome) plus the index of the chunk it came from.
+  transcript and its outcome) plus the index of the chunk it came from. The first line of each
+  chunk also holds ``manifest_digest``, a hash of each request field of the manifest it was
+  written under: reading refuses a manifest edited since (naming the field), so an edited seed
+  or policy can neither relabel the data in a report nor mix two requests' chunks on resume.
+- ``writer.lock``: held (``flock``) by the one process writing the run (``passkt.eval.run_lock``).
 
 The evaluator runs tasks in fixed chunks and appends each finished chunk in one write that is
 flushed and fsynced before the next chunk starts. A crash can therefore only leave (a) a torn last
@@ -18,11 +22,13 @@ from the manifest, which is how an unfinished one is recognised.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import importlib.metadata
 import json
 import logging
 import os
 import platform
+import re
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,17 +37,22 @@ from typing import Any
 
 from passkt.envs.errors import PassktError
 from passkt.eval.outcomes import OutcomeTable
+from passkt.eval.run_lock import LOCK_FILE, RunLock
 
 __all__ = [
+    "DIGEST_KEY",
     "MANIFEST_FILE",
     "MATCH_KEYS",
     "RESULTS_FILE",
     "RunContents",
     "RunDirError",
     "RunStore",
+    "check_digest",
     "chunk_bounds",
+    "escape_surrogates",
     "load_run",
     "make_manifest",
+    "manifest_digest",
     "read_run",
 ]
 
@@ -68,6 +79,20 @@ MATCH_KEYS: tuple[str, ...] = (
 )
 """Manifest keys that decide which samples a run draws: a resumed run must match all of them."""
 
+DIGEST_KEY = "manifest_digest"
+"""Key of the first record of each chunk: a digest of every ``MATCH_KEYS`` field of the manifest
+the chunk was written under, so an edited manifest is caught (``check_digest``)."""
+
+_SURROGATES = "backslashreplace"
+"""How text that UTF-8 cannot encode is written: a lone surrogate (which a model's text may hold,
+e.g. from a JSON ``\\ud800`` escape) only ever occurs inside a JSON string, where Python's
+``\\udXXX`` backslash form is exactly JSON's escape for it, so it reads back as the same
+string. (Two surrogates that form a pair read back as the one character they encode.)"""
+
+_SECRET_OPTION = re.compile(r"(?i)(^|_)(api_?key|token|secret|password|passwd|credentials?)($|_)")
+
+_JSON: dict[str, Any] = {"ensure_ascii": False, "default": str}
+
 _VERSIONED_PACKAGES = ("gymnasium", "numpy", "torch", "transformers", "vllm", "openai", "peft")
 
 
@@ -78,6 +103,11 @@ class RunDirError(PassktError, ValueError):
 def _jsonable(value: Any) -> Any:
     """A canonical JSON form (Paths and tuples become strings and lists)."""
     return json.loads(json.dumps(value, default=str))
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate written as ``\\udXXX`` (so that it encodes as UTF-8)."""
+    return text.encode("utf-8", _SURROGATES).decode("utf-8")
 
 
 def _package_versions() -> dict[str, str]:
@@ -142,7 +172,18 @@ def make_manifest(
         task_ids: The tasks, in run order.
         name: Run name used in tables and legends (default: the policy).
         runtime: Options that do not change the samples (``device=``); recorded, not checked.
+
+    Raises:
+        ValueError: when an option looks like a secret (``api_key``, ``token``, ...), which the
+            manifest would hold in plain text; name an environment variable instead.
     """
+    for key in (*(policy_options or {}), *(runtime or {})):
+        if _SECRET_OPTION.search(str(key)) and not str(key).endswith("_env"):
+            raise ValueError(
+                f"policy option {key!r} looks like a secret and would be written in plain text "
+                f"to {MANIFEST_FILE}; pass {key}_env='NAME' (the environment variable that holds "
+                "it) instead"
+            )
     manifest = {
         "format": FORMAT_VERSION,
         "name": name or policy,
@@ -180,6 +221,41 @@ def _chunk_lines(manifest: Mapping[str, Any]) -> list[int]:
     per_task = int(manifest["n"]) * len(manifest["budgets"])
     bounds = chunk_bounds(len(manifest["task_ids"]), int(manifest["chunk_tasks"]))
     return [(stop - start) * per_task for start, stop in bounds]
+
+
+def manifest_digest(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """A short hash of each field that decides the samples (``MATCH_KEYS``), by field."""
+    return {
+        key: hashlib.sha256(
+            json.dumps(manifest.get(key), sort_keys=True, ensure_ascii=True).encode("ascii")
+        ).hexdigest()[:16]
+        for key in MATCH_KEYS
+    }
+
+
+def check_digest(path: Path, line: int, record: Mapping[str, Any], manifest: Mapping[str, Any]):
+    """Refuse data written under other values of the manifest's fields, naming the fields.
+
+    Records of an older passkt have no digest and are not checked.
+
+    Raises:
+        RunDirError: when a field of the manifest differs from the one the chunk was written with.
+    """
+    stored = record.get(DIGEST_KEY)
+    if stored is None:
+        return
+    current = manifest_digest(manifest)
+    if not isinstance(stored, dict):
+        raise RunDirError(
+            f"{path}: line {line}: {DIGEST_KEY} is not an object; the file is corrupt"
+        )
+    changed = [key for key in MATCH_KEYS if stored.get(key) != current[key]]
+    if changed:
+        raise RunDirError(
+            f"{path.parent / MANIFEST_FILE}: field(s) {', '.join(changed)} differ from those "
+            f"the results were written with ({path.name} line {line}); the manifest was edited "
+            "after the run started. Restore the original manifest, or start a new run."
+        )
 
 
 def _summarize(value: Any) -> str:
@@ -258,13 +334,18 @@ def _parse_lines(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], bool]:
             return out, True
         try:
             record = json.loads(data[start:end])
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             if data.find(b"\n", end + 1) < 0 and not data[end + 1 :].strip():
                 return out, True  # garbage on the last line only: a torn write
             raise RunDirError(
-                f"{path}: line {len(out) + 1} is not valid JSON ({e}); the file was edited or "
-                "corrupted in the middle. Start a new run (another --out)."
+                f"{path}: line {len(out) + 1} is not valid JSON ({e}); the file was edited "
+                "or corrupted in the middle. Start a new run (another --out)."
             ) from e
+        if not isinstance(record, dict):
+            raise RunDirError(
+                f"{path}: line {len(out) + 1} is JSON but not an object ({type(record).__name__}); "
+                "every line must be a record. The file was edited; start a new run (another --out)."
+            )
         out.append((end + 1, record))
         start = end + 1
     return out, False
@@ -281,6 +362,8 @@ def read_run(directory: str | Path) -> RunContents:
     manifest = _read_manifest(directory)
     results = directory / RESULTS_FILE
     lines, torn = _parse_lines(results)
+    if lines:  # before the chunk sizes, which an edited n or budgets would change
+        check_digest(results, 1, lines[0][1], manifest)
     expected = _chunk_lines(manifest)
     records: list[dict[str, Any]] = []
     finished: list[int] = []
@@ -297,6 +380,7 @@ def read_run(directory: str | Path) -> RunContents:
                 f"{block[wrong[0]][1].get('chunk')!r} but chunk {chunk} was expected there; the "
                 "file does not follow this manifest. Start a new run (another --out)."
             )
+        check_digest(results, position + 1, block[0][1], manifest)
         records.extend(r for _, r in block)
         finished.append(chunk)
         valid_bytes = block[-1][0]
@@ -342,7 +426,8 @@ def load_run(
             contents.dropped_lines,
             ", torn last line" if contents.torn else "",
         )
-    table = OutcomeTable.from_records(contents.records, name=name or manifest.get("name", "run"))
+    label = escape_surrogates(str(name or manifest.get("name", "run")))  # plots need valid text
+    table = OutcomeTable.from_records(contents.records, name=label)
     return manifest, table
 
 
@@ -363,7 +448,7 @@ def _fsync_dir(directory: Path) -> None:
 def _write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
     path = directory / MANIFEST_FILE
     tmp = path.with_suffix(".json.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
+    with tmp.open("w", encoding="utf-8", errors=_SURROGATES) as f:
         json.dump(manifest, f, indent=2, ensure_ascii=False)
         f.write("\n")
         f.flush()
@@ -372,9 +457,34 @@ def _write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
     _fsync_dir(directory)
 
 
+def _check_out_dir(directory: Path) -> None:
+    """Refuse an unusable ``--out`` before writing anything; create it (for its lock) if new."""
+    for parent in (directory, *directory.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                where = "" if parent == directory else f" ({parent} is a file)"
+                raise RunDirError(
+                    f"{directory} cannot be a run directory{where}; choose another --out"
+                )
+            break
+    if directory.is_dir():
+        names = {p.name for p in directory.iterdir()}
+        if names and MANIFEST_FILE not in names and names - {LOCK_FILE, MANIFEST_FILE + ".tmp"}:
+            raise RunDirError(
+                f"{directory} is not empty and is not a passkt run directory (no "
+                f"{MANIFEST_FILE}); choose another --out"
+            )
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunDirError(
+            f"{directory}: cannot create the run directory ({e}); choose another --out"
+        ) from e
+
+
 def _holds_no_results(directory: Path) -> bool:
     """Empty, or only a manifest and no results: nothing would be lost by starting over."""
-    names = {p.name for p in directory.iterdir()}
+    names = {p.name for p in directory.iterdir()} - {LOCK_FILE}
     return names <= {MANIFEST_FILE, MANIFEST_FILE + ".tmp"} or (
         names <= {MANIFEST_FILE, RESULTS_FILE}
         and (directory / MANIFEST_FILE).exists()
@@ -391,6 +501,18 @@ class RunStore:
         self.manifest = manifest
         self.finished_chunks: frozenset[int] = frozenset(finished)
         self._expected = _chunk_lines(manifest)
+        self._lock: RunLock | None = None
+
+    def close(self) -> None:
+        """Release the run directory's writer lock (the OS also does when the process dies)."""
+        if self._lock is not None:
+            self._lock.release()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def results_path(self) -> Path:
@@ -407,15 +529,28 @@ class RunStore:
         ``MATCH_KEYS``); its unfinished last chunk and any torn line are cut off the results
         file so that chunk runs again.
 
+        The store holds the directory's writer lock (``passkt.eval.run_lock``) until
+        :meth:`close`, so a second writer is refused at once.
+
         Raises:
             RunDirError: for a non-empty directory without ``resume``, a directory that is not a
                 run, or a run made for a different request (the differing keys are listed).
+            passkt.eval.run_lock.RunLockedError: another process is writing the directory.
         """
         directory = Path(directory)
-        if directory.exists() and not directory.is_dir():
-            raise RunDirError(f"{directory} exists and is not a directory; choose another --out")
-        if not directory.exists() or _holds_no_results(directory):
-            directory.mkdir(parents=True, exist_ok=True)
+        _check_out_dir(directory)
+        lock = RunLock.acquire(directory)
+        try:
+            store = cls._open_locked(directory, manifest, resume=resume)
+        except BaseException:
+            lock.release()
+            raise
+        store._lock = lock
+        return store
+
+    @classmethod
+    def _open_locked(cls, directory: Path, manifest: dict[str, Any], *, resume: bool) -> RunStore:
+        if _holds_no_results(directory):
             _write_manifest(directory, manifest)
             return cls(directory, manifest, ())
         if not resume:
@@ -468,10 +603,11 @@ class RunStore:
                 f"chunk {chunk} must have {self._expected[chunk]} records (tasks x n x budgets), "
                 f"got {len(records)}"
             )
+        digest = {DIGEST_KEY: manifest_digest(self.manifest)}
         payload = "".join(
-            json.dumps({"chunk": chunk, **record}, ensure_ascii=False, default=str) + "\n"
-            for record in records
-        ).encode("utf-8")
+            json.dumps({"chunk": chunk, **(digest if i == 0 else {}), **record}, **_JSON) + "\n"
+            for i, record in enumerate(records)
+        ).encode("utf-8", errors=_SURROGATES)
         with self.results_path.open("ab") as f:
             f.write(payload)
             f.flush()

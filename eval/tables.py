@@ -177,7 +177,7 @@ def write_surface_tables(
     paths = {}
     for ext, text in texts.items():
         paths[ext] = directory / f"{stem}.{ext}"
-        paths[ext].write_text(text, encoding="utf-8")
+        paths[ext].write_text(text, encoding="utf-8", errors="backslashreplace")
     return paths
 
 

@@ -341,6 +341,7 @@ def _prepare(config: PretrainConfig, out: Path, start: int) -> tuple[Any, Any, C
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from passkt.agents.testbed.tokenizer import build_tokenizer, fit_vocabulary, fitting_texts
+    from passkt.agents.train.safe_state import load_state
 
     checkpoint = out / CHECKPOINT_DIR
     if start:
@@ -354,19 +355,19 @@ def _prepare(config: PretrainConfig, out: Path, start: int) -> tuple[Any, Any, C
         corpus.save(out / CORPUS_FILE)
     optimizer = _optimizer(model, config)
     if start:
-        optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", weights_only=True))
+        optimizer.load_state_dict(load_state(checkpoint, "optimizer"))  # no pickle: safe_state
     return tokenizer, model.train(), corpus, optimizer
 
 
 def _save(out: Path, model: Any, tokenizer: Any, optimizer: Any, step: int) -> None:
     """Write the checkpoint atomically (a temporary folder renamed into place)."""
-    import torch
+    from passkt.agents.train.safe_state import save_state
 
     tmp = out / f".{CHECKPOINT_DIR}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
     save_checkpoint(model, tokenizer, tmp)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    save_state(optimizer.state_dict(), tmp, "optimizer")
     (tmp / "state.json").write_text(json.dumps({"step": step}))
     final = out / CHECKPOINT_DIR
     old = out / f".{CHECKPOINT_DIR}.old"

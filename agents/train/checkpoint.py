@@ -7,8 +7,12 @@ Layout of ``output_dir/checkpoint-STEP/``:
   ``AutoModelForCausalLM.from_pretrained(path)`` load it. With LoRA these are the *merged*
   weights (base + adapter), computed out of place so the live model is not touched.
 - ``adapter/`` (LoRA only): the peft adapter, which resuming loads onto the base model.
-- ``trainer_state.pt``: optimizer, scheduler, step; ``rng_state_RANK.pt``: the python, numpy and
-  torch RNG states of every process; ``trainer_state.json``: step, epoch, data order, config.
+- ``optimizer_state.json`` + ``optimizer_state.safetensors``: optimizer and scheduler;
+  ``rng_state_RANK.json`` + ``rng_state_RANK.safetensors``: the python, numpy and torch RNG
+  states of every process; ``trainer_state.json``: step, epoch, data order, config. No file is
+  pickled, so resuming from a folder someone else wrote cannot run their code
+  (``passkt.agents.train.safe_state``); a checkpoint of an older passkt with ``.pt`` files is
+  refused rather than unpickled.
 
 A checkpoint is written to a hidden temporary folder and renamed into place, so a crash leaves
 either the whole checkpoint or none; ``latest_checkpoint`` ignores the temporary folders.
@@ -29,11 +33,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from passkt.agents.train.safe_state import UnsafeStateError, load_state, save_state, state_files
+
 logger = logging.getLogger(__name__)
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 STATE_JSON = "trainer_state.json"
-STATE_PT = "trainer_state.pt"
+STATE_NAME = "optimizer_state"
+LEGACY_PICKLES = ("trainer_state.pt", "rng_state_0.pt")
+"""Files of the old, pickled checkpoint format (never loaded)."""
 ADAPTER_DIR = "adapter"
 
 
@@ -149,7 +157,8 @@ def save_checkpoint(
         step: Optimizer steps done (the checkpoint's name).
         model: The unwrapped model (peft or plain).
         tokenizer: Its tokenizer.
-        trainer_state: Torch-serialisable state (optimizer, scheduler, ...), same on every rank.
+        trainer_state: Optimizer, scheduler, ... state dicts, same on every rank (tensors,
+            numbers, strings, containers: what ``safe_state.save_state`` takes).
         info: JSON-ready facts (step, epoch, data order, config) for ``trainer_state.json``.
         rank: This process's rank; ``world_size``: the number of processes.
         barrier: Waits for every process (``accelerator.wait_for_everyone``).
@@ -164,10 +173,10 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     barrier()
-    torch.save(rng_state(), tmp / f"rng_state_{rank}.pt")
+    save_state(rng_state(), tmp, f"rng_state_{rank}")
     if rank == 0:
         save_model_folder(model, tokenizer, tmp)
-        torch.save(trainer_state, tmp / STATE_PT)
+        save_state(trainer_state, tmp, STATE_NAME)
         info = {**info, "step": step, "world_size": world_size}
         (tmp / STATE_JSON).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     barrier()
@@ -187,15 +196,33 @@ def save_checkpoint(
 def load_trainer_state(folder: Path, rank: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(trainer_state, info)`` of a checkpoint; restores this process's RNG states too.
 
-    A process whose rank has no RNG file (the run had fewer processes) takes rank 0's.
+    A process whose rank has no RNG file (the run had fewer processes) takes rank 0's. Nothing
+    is unpickled (see the module docstring).
+
+    Raises:
+        UnsafeStateError: a state file is missing or malformed, or the checkpoint is in the old
+            pickled format.
     """
     info = json.loads((folder / STATE_JSON).read_text())
-    state = torch.load(folder / STATE_PT, map_location="cpu", weights_only=False)
-    rng_file = folder / f"rng_state_{rank}.pt"
-    if not rng_file.is_file():
-        rng_file = folder / "rng_state_0.pt"
-    set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=False))
+    if not state_files_exist(folder, STATE_NAME):
+        legacy = [name for name in LEGACY_PICKLES if (folder / name).is_file()]
+        if legacy:
+            raise UnsafeStateError(
+                f"{folder}: the optimizer and RNG states are pickled ({', '.join(legacy)}), an old "
+                "passkt format that could run code when loaded, so it is not loaded. Its model "
+                "folder still loads (hf:PATH); to continue training, start a new run from it."
+            )
+    state = load_state(folder, STATE_NAME)
+    rng_name = f"rng_state_{rank}"
+    if not state_files_exist(folder, rng_name):
+        rng_name = "rng_state_0"
+    set_rng_state(load_state(folder, rng_name))
     return state, info
+
+
+def state_files_exist(folder: Path, name: str) -> bool:
+    """Whether ``save_state`` wrote ``name`` in ``folder``."""
+    return all(path.is_file() for path in state_files(folder, name))
 
 
 def load_adapter(peft_model: Any, folder: Path) -> None:
@@ -219,13 +246,28 @@ def truncate_metrics(path: Path, step: int) -> None:
     """Drop metric lines logged after ``step`` (by a run that crashed past its last checkpoint).
 
     The file is rewritten atomically, so a resumed run's ``metrics.jsonl`` equals that of a run
-    that was never interrupted.
+    that was never interrupted. A torn last line (a crash while logging) is dropped.
+
+    Raises:
+        ValueError: a line before the last is not JSON (names the file and line).
     """
     if not path.is_file():
         return
     kept = []
-    for line in path.read_text().splitlines():
-        if line.strip() and json.loads(line).get("step", 0) <= step:
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            if number == len(lines):  # torn by a crash mid-write: that step is logged again
+                continue
+            raise ValueError(
+                f"{path}: line {number} is not valid JSON ({e}); the file was edited or corrupted. "
+                "Delete or repair that line, then resume."
+            ) from e
+        if isinstance(record, dict) and record.get("step", 0) <= step:
             kept.append(line)
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(line + "\n" for line in kept))

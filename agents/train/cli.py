@@ -147,6 +147,15 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return cls.from_dict(values)
 
 
+def _check_env(config: TrainConfig) -> None:
+    """Fail on a bad env id or env kwarg in one line, as ``passkt eval`` does, before the model
+    (which may take minutes to load) is loaded."""
+    from passkt.eval.evaluate import env_info
+
+    kwargs = {k: v for k, v in config.env_kwargs.items() if k != "split"}
+    env_info(config.env_id, kwargs, config.split)
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Run ``passkt train grpo|sft`` (prints only here, in the CLI)."""
     config = config_from_args(args)
@@ -154,6 +163,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(json.dumps(config.to_dict(), indent=2, sort_keys=True))
         return 0
     resume = bool(getattr(args, "resume", False))
+    _check_env(config)
     if isinstance(config, GRPOConfig):
         from passkt.agents.train.grpo import train_grpo
 

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -172,6 +173,23 @@ def _main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (a scheduler's time limit, ``kill``): unwinds like Ctrl-C."""
+
+
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into ``Terminated`` so the aborted unit's attempt is still recorded.
+
+    By default SIGTERM ends the process at once, without the ``except`` that writes the
+    ``timings.jsonl`` line of the unit in progress; its cost would vanish from the report.
+    """
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated(f"signal {signum} (SIGTERM)")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def run_unit(study: Study, stage: str, unit: Unit, threads: int | None) -> None:
     """Run one unit in this process: its work, then its ``done.json`` and timing line."""
     if not _main_process():
@@ -184,7 +202,8 @@ def run_unit(study: Study, stage: str, unit: Unit, threads: int | None) -> None:
         payload = unit.work()
     except BaseException as e:
         seconds = time.perf_counter() - clock
-        _record(study.out, {**line, "seconds": seconds, "status": "failed", "error": repr(e)})
+        status = "aborted" if isinstance(e, KeyboardInterrupt | Terminated) else "failed"
+        _record(study.out, {**line, "seconds": seconds, "status": status, "error": repr(e)})
         say(f"[{stage}] {unit.key}: FAILED after {seconds:.1f} s: {e!r}")
         raise
     seconds = time.perf_counter() - clock
@@ -298,11 +317,15 @@ def run(argv: Sequence[str] | None = None) -> Outcome:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    stop_on_sigterm()
     try:
         run(argv)
     except StudyError as e:
         print(f"study.py: error: {e}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("study.py: terminated (SIGTERM); rerun the stage to continue", file=sys.stderr)
+        return 128 + signal.SIGTERM
     return 0
 
 

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from passkt.envs.errors import DatasetFormatError
+from passkt.envs.scoring import normalize_answer
 from passkt.envs.sources.records import read_records, records_from
 from passkt.envs.tasks import Paragraph, Task
 
@@ -286,6 +287,13 @@ def parse_record(record: Any, label: str, origin: str, split: str) -> Task:
     where = (origin, f"{label} (_id {record_id!r})")
     question = require(record, "question", str, where)
     answer = require(record, "answer", str, where)
+    if not normalize_answer(answer):
+        raise DatasetFormatError(
+            *where,
+            "answer",
+            f"{answer!r} is empty after HotpotQA normalization, so an empty "
+            "answer would score 1.0; fix the record or remove it",
+        )
     question_type = require(record, "type", str, where)
     if question_type not in HOTPOTQA_TYPES:
         raise DatasetFormatError(

@@ -35,8 +35,9 @@ def _slug(text: str) -> str:
 def _write(out: Path, stem: str, markdown: str, data: dict[str, Any]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     md, js = out / f"{stem}.md", out / f"{stem}.json"
-    md.write_text(markdown, encoding="utf-8")
-    js.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    md.write_text(markdown, encoding="utf-8", errors="backslashreplace")
+    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    js.write_text(text, encoding="utf-8", errors="backslashreplace")
     return [md, js]
 
 

@@ -215,3 +215,14 @@ def test_arguments_are_validated():
         OpenAIPolicy("http://127.0.0.1:1/v1", "m", timeout=-1)
     with pytest.raises(ValueError, match="concurrency >= 1"):
         OpenAIPolicy("http://127.0.0.1:1/v1", "m", concurrency=0)
+
+
+def test_api_key_env_names_the_variable_that_holds_the_key(monkeypatch):
+    monkeypatch.setenv("PASSKT_TEST_KEY", "sk-from-env")
+    policy = OpenAIPolicy("http://127.0.0.1:9/v1", "m", api_key_env="PASSKT_TEST_KEY")
+    assert policy.client.api_key == "sk-from-env"
+    monkeypatch.delenv("PASSKT_TEST_KEY")
+    with pytest.raises(ValueError, match=r"PASSKT_TEST_KEY.*not set; export"):
+        OpenAIPolicy("http://127.0.0.1:9/v1", "m", api_key_env="PASSKT_TEST_KEY")
+    with pytest.raises(ValueError, match="not both"):
+        OpenAIPolicy("http://127.0.0.1:9/v1", "m", api_key="k", api_key_env="PASSKT_TEST_KEY")

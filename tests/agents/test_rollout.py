@@ -188,3 +188,11 @@ def test_tokenizer_fills_token_records_for_scripted_experts(tiny_policy):
         [t for t, m in zip(episode.token_ids, episode.policy_mask, strict=True) if m]
     )
     assert text == "".join(turn.completion.text for turn in episode.turns)
+
+
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -0.5])
+def test_sampling_params_refuse_non_finite_or_negative_temperature(temperature):
+    from passkt.agents.policy import SamplingParams
+
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
+        SamplingParams(temperature=temperature)

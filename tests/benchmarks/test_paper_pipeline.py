@@ -262,3 +262,42 @@ def test_paper_profile_splits_real_files_into_matched_disjoint_parts(tmp_path):
             assert set(ids) <= set(by_id), f"{cat} {split}: ids not in the file's {split} split"
             questions[split] = {by_id[i].question for i in ids}
         assert not questions["test"] & questions["train"]
+
+
+_SIGTERM_CHILD = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+import study
+from study_stages import Unit
+
+class Where:
+    out = Path(sys.argv[1])
+
+def work():
+    print("working", flush=True)
+    time.sleep(120)
+
+study.stop_on_sigterm()
+try:
+    study.run_unit(Where, "eval-base", Unit("slow", Where.out / "u", work), None)
+except study.Terminated:
+    sys.exit(143)
+"""
+
+
+def test_a_unit_stopped_by_sigterm_is_recorded_as_aborted(tmp_path):
+    import signal
+    import subprocess
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SIGTERM_CHILD, str(tmp_path), str(STUDY_DIR)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    while child.stdout.readline().strip() != "working":  # the unit's work is running
+        assert child.poll() is None
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=60) == 143
+    (line,) = _lines(tmp_path / "timings.jsonl")
+    assert line["unit"] == "slow" and line["status"] == "aborted" and "SIGTERM" in line["error"]

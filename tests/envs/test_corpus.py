@@ -251,3 +251,17 @@ def test_env_with_a_corpus_passes_the_env_checker(tmp_path) -> None:
     folder = Corpus.from_world(0).save(tmp_path / "world")
     env = gym.make("ComparisonQA-v0", corpus=folder, source_options={"num_tasks": 5})
     check_env(env.unwrapped, skip_render_check=True)
+
+
+def test_truncated_or_corrupt_text_files_are_refused_at_load(tmp_path) -> None:
+    paragraphs = [Paragraph("Zanev", "Zanev is a river."), Paragraph("Été", "A summer, in French.")]
+    folder = Corpus.build(paragraphs).save(tmp_path / "c")
+    texts = (folder / "texts.bin").read_bytes()
+    (folder / "texts.bin").write_bytes(texts[:-5])  # a copy cut short
+    with pytest.raises(CorpusIndexError, match=r"texts\.bin has \d+ bytes but offsets\.npy .*37"):
+        Corpus.load(folder)
+    (folder / "texts.bin").write_bytes(texts)
+    titles = (folder / "titles.bin").read_bytes()
+    (folder / "titles.bin").write_bytes(titles.replace("É".encode(), b"\xff\xfe"))
+    with pytest.raises(CorpusIndexError, match=r"titles\.bin: invalid UTF-8 at byte 5"):
+        Corpus.load(folder)

@@ -97,6 +97,18 @@ def test_every_registered_env_has_a_source_case() -> None:
         assert gym.spec(env_id).disable_env_checker is False
 
 
+@pytest.mark.parametrize("env_id", ["BridgeQA-v0", "ComparisonQA-v0"])
+def test_check_env_at_budget_zero_samples_answers(env_id: str) -> None:
+    env = gym.make(env_id, max_tool_calls=0).unwrapped
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_env(env)
+    assert env.action_space.sample().startswith("<answer>")
+    env.reset(seed=0)
+    wider, _ = env.fork(2)  # a fork with calls to spend samples searches again
+    assert any(wider.action_space.sample().startswith("<search>") for _ in range(20))
+
+
 @pytest.mark.parametrize(("env_id", "source", "options"), SOURCE_CASES)
 def test_check_env(env_id: str, source: str, options: dict[str, Any]) -> None:
     env = gym.make(env_id, **make_kwargs(source, options))
@@ -217,6 +229,7 @@ def test_episode_with_budget_two() -> None:
         "answer": None,
         "correct": False,
         "f1": 0.0,
+        "score_note": None,
     }
     obs, reward, terminated, truncated, info = env.step("<search>Film1</search>")
     assert obs.startswith("<information>Doc 1 (Title: Film1) Film1 is a drama directed by Maker1.")
@@ -466,3 +479,9 @@ def test_unicode_text_shared_memory_round_trip() -> None:
     with pytest.raises(ValueError, match="does not fit"):
         write_to_shared_memory(space, 1, "y" * 17, memory)
     assert np.frombuffer(memory.get_obj(), dtype=np.int32).size == 3 * 17
+
+
+@pytest.mark.parametrize("options", ["task_id", ["task_id"], 3])
+def test_reset_options_that_are_not_a_dict_are_a_clear_error(options: Any) -> None:
+    with pytest.raises(ValueError, match=r"reset\(options=...\) must be a dict such as"):
+        bridge_env().reset(options=options)

@@ -376,6 +376,8 @@ def _broken(**changes: Any) -> dict[str, Any]:
     [
         (_broken(question=None), "question", "missing key"),
         (_broken(answer=42), "answer", "expected str, got int"),
+        (_broken(answer=""), "answer", "empty after HotpotQA normalization"),
+        (_broken(answer=" The ."), "answer", "empty after HotpotQA normalization"),
         (
             _broken(context={"title": ["Louvre"], "sentences": [[], []]}),
             "context",

@@ -176,3 +176,12 @@ def test_env_searches_wikipedia(tmp_path) -> None:
     )
     with pytest.raises(ValueError, match="leave corpus at its default 'task'"):
         gym.make("BridgeQA-v0", tasks=[task], retriever=tool, corpus="global")
+
+
+def test_lone_surrogates_reach_the_wiki_and_its_cache_as_replacement_characters(tmp_path) -> None:
+    fake = FakeWiki()
+    tool = online_tool(tmp_path, fake)
+    assert tool.search("Ed Wood \ud800", k=2) == []  # no such page or search: no error
+    assert fake.calls[0]["titles"] == "Ed Wood \ufffd"
+    replay = WikipediaTool(tmp_path / "wiki.sqlite", offline=True)
+    assert replay.search("Ed Wood \udfff", k=2) == []  # the same key, answered from the cache

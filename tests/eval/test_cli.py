@@ -256,3 +256,17 @@ def test_an_hf_model_that_cannot_be_loaded_is_a_one_line_error(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("passkt: error: could not load model 'no-such-org/no-model'"), last
     assert "HF_HUB_OFFLINE=1" in last
+
+
+def test_out_of_range_values_are_one_line_errors(tmp_path, capsys):
+    assert_one_line_error(capsys, ["eval", "--limit", "0"], "--limit", "positive int or 'all'")
+    assert_one_line_error(capsys, ["eval", "--temperature", "nan"], "--temperature", "finite")
+    assert_one_line_error(capsys, ["eval", "--top-p", "inf"], "--top-p", "finite")
+    assert_one_line_error(capsys, ["eval", "--budgets", ""], "--budgets is empty")
+    assert_one_line_error(capsys, ["eval", "--ks", ""], "--ks is empty")
+    assert_one_line_error(capsys, ["eval", "--n", "99999999999"], "n must be an int from 1 to")
+    (tmp_path / "file").write_text("x")
+    assert_one_line_error(
+        capsys, ["eval", "--out", str(tmp_path / "file" / "run")], "is a file", "another --out"
+    )
+    assert not (tmp_path / "file" / "run").exists()

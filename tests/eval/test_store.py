@@ -65,6 +65,7 @@ def write_run(path, chunks=(0, 1, 2)):
     store = RunStore.open(path, manifest(), resume=False)
     for chunk in chunks:
         store.append_chunk(chunk, chunk_records(chunk))
+    store.close()  # as when its process ends: the writer lock is released
     return store
 
 
@@ -133,6 +134,7 @@ def test_resume_cuts_unfinished_chunk_and_never_duplicates(tmp_path):
     store.append_chunk(2, chunk_records(2))
     assert (run / RESULTS_FILE).read_bytes() == (complete / RESULTS_FILE).read_bytes()
     assert load_run(run)[1] == load_run(complete)[1]
+    store.close()
     # Resuming a finished run has nothing left to do and leaves the file alone.
     again = RunStore.open(run, manifest(), resume=True)
     assert again.finished_chunks == {0, 1, 2}
@@ -157,9 +159,10 @@ def test_existing_run_without_resume_is_refused(tmp_path):
 
 def test_empty_directory_is_used_and_resume_of_nothing_starts_fresh(tmp_path):
     (tmp_path / "empty").mkdir()
-    assert RunStore.open(tmp_path / "empty", manifest(), resume=False).finished_chunks == set()
-    store = RunStore.open(tmp_path / "new", manifest(), resume=True)
-    assert store.finished_chunks == set() and (tmp_path / "new" / MANIFEST_FILE).is_file()
+    with RunStore.open(tmp_path / "empty", manifest(), resume=False) as store:
+        assert store.finished_chunks == set()
+    with RunStore.open(tmp_path / "new", manifest(), resume=True) as store:
+        assert store.finished_chunks == set() and (tmp_path / "new" / MANIFEST_FILE).is_file()
     # Only a manifest (the run died before its first chunk, e.g. the model did not load):
     # nothing to lose, so a corrected request starts over without --resume.
     RunStore.open(tmp_path / "new", manifest(n=3), resume=False)
@@ -202,3 +205,63 @@ def test_corrupt_middle_line_is_an_error(tmp_path):
     (run / RESULTS_FILE).write_text("".join(lines), encoding="utf-8")
     with pytest.raises(RunDirError, match="line 4 is not valid JSON"):
         read_run(run)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("42\n", r"line 4 is JSON but not an object \(int\)"),
+        ('["a"]\n', r"line 4 is JSON but not an object \(list\)"),
+        (b'{"chunk": 0, "x": "\xff\xfe"}\n', r"line 4 is not valid JSON .*utf-8"),
+    ],
+)
+def test_lines_that_are_not_records_name_file_and_line(tmp_path, line, message):
+    run = tmp_path / "run"
+    write_run(run)
+    lines = (run / RESULTS_FILE).read_bytes().splitlines(keepends=True)
+    lines[3] = line if isinstance(line, bytes) else line.encode()
+    (run / RESULTS_FILE).write_bytes(b"".join(lines))
+    with pytest.raises(RunDirError, match=rf"{RESULTS_FILE}: {message}"):
+        read_run(run)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("seed", 99), ("policy", "hf:other/model"), ("budgets", [0, 1]), ("n", 3)],
+)
+def test_an_edited_manifest_is_refused_naming_the_field(tmp_path, field, value):
+    run = tmp_path / "run"
+    write_run(run, chunks=(0, 1))
+    edited = json.loads((run / MANIFEST_FILE).read_text())
+    edited[field] = value
+    (run / MANIFEST_FILE).write_text(json.dumps(edited))
+    with pytest.raises(RunDirError, match=rf"field\(s\) {field} differ"):
+        load_run(run, partial=True)  # what report does
+    with pytest.raises(RunDirError, match=rf"field\(s\) {field} differ"):
+        RunStore.open(run, edited, resume=True)  # a resume with the edited request
+    edited[field] = manifest()[field]  # undone, and the name (a label, not the request) edited
+    edited["name"] = "renamed"
+    (run / MANIFEST_FILE).write_text(json.dumps(edited))
+    assert load_run(run, partial=True)[1].name == "renamed"
+
+
+@pytest.mark.parametrize("key", ["api_key", "apiKey", "hf_token", "client_secret", "password"])
+def test_secret_options_are_never_written(tmp_path, key):
+    from passkt.eval.evaluate import evaluate
+
+    with pytest.raises(ValueError, match=rf"{key}.*plain text.*{key}_env='NAME'"):
+        manifest(policy_options={key: "sk-do-not-store"})
+    with pytest.raises(ValueError, match="looks like a secret"):
+        evaluate(
+            "BridgeQA-v0",
+            "openai:http://127.0.0.1:9/v1#m",
+            policy_options={key: "sk-do-not-store"},
+            limit=2,
+            n=1,
+            out_dir=tmp_path / "run",
+            progress=False,
+        )
+    assert not (tmp_path / "run").exists()
+    assert manifest(policy_options={f"{key}_env": "MY_KEY"})["policy_options"] == {
+        f"{key}_env": "MY_KEY"
+    }

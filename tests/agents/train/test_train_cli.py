@@ -107,3 +107,18 @@ def test_env_kwargs_are_read_as_passkt_eval_reads_them():
     assert parse_kwargs(text)["hops"] == [2, 3]
     with pytest.raises(argparse.ArgumentTypeError, match="bad --env-kwargs item"):
         parse_kwargs("hops")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--env", "BridgeQA-v9"], "Unknown env id 'BridgeQA-v9'. Did you mean 'BridgeQA-v0'"),
+        (["--env-kwargs", "hopz=2"], "unexpected keyword argument 'hopz'"),
+    ],
+)
+def test_bad_env_fails_in_one_line_before_the_model_loads(flags, message, tmp_path, capsys):
+    argv = ["train", "grpo", "--policy", f"hf:{tmp_path / 'no-model'}", *flags]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and message in err, err
