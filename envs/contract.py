@@ -48,6 +48,7 @@ __all__ = [
     "EnvContract",
     "EnvContractError",
     "ReplayMismatchError",
+    "TaskRef",
     "ToolBudget",
     "announce",
     "fork_chain",
@@ -55,6 +56,7 @@ __all__ = [
     "inspect_env",
     "resolve_env_id",
     "seed_task_ids",
+    "task_records",
 ]
 
 SEED_TASKS = 100
@@ -207,7 +209,7 @@ def resolve_env_id(env_id: str) -> None:
 
 def _takes(env_id: str, argument: str) -> bool:
     """Whether the env's constructor accepts ``argument`` (or ``**kwargs``)."""
-    spec = gym.spec(env_id)
+    spec = gym.spec(env_id.rpartition(":")[2])  # gym.spec takes no "module:" prefix
     creator = spec.entry_point
     if isinstance(creator, str):
         from gymnasium.envs.registration import load_env_creator
@@ -257,6 +259,21 @@ class EnvContract:
         if self.takes_split:
             kwargs["split"] = split
         return kwargs
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """A task known only by its id: a seed task, or an entry of a task list of plain ids."""
+
+    task_id: str
+
+
+def task_records(contract: EnvContract, split: str, count: int | None = None) -> list[Any]:
+    """The env's tasks as records with a ``task_id``: its own, ``TaskRef`` for plain ids, or the
+    first ``count`` (default ``SEED_TASKS``) seed tasks of ``split``."""
+    if contract.task_ids is None:
+        return [TaskRef(i) for i in seed_task_ids(split, SEED_TASKS if count is None else count)]
+    return [t if not isinstance(t, str) else TaskRef(t) for t in contract.tasks]
 
 
 def seed_task_ids(split: str, count: int) -> list[str]:
@@ -449,19 +466,18 @@ def chain_forkable(env: gym.Env) -> bool:
 def fork_chain(env: gym.Env, max_tool_calls: int) -> tuple[gym.Env, Any]:
     """Fork the episode in progress with budget ``max_tool_calls``, wrappers included.
 
-    The unwrapped env forks itself; each wrapper is deep-copied around its fork (so its own
-    state, e.g. a step counter, is copied, not shared), and observation wrappers transform the
-    fork's observation as they would have in ``step``.
+    The unwrapped env forks itself; each wrapper is copied (shallowly: its counters are copied,
+    the big things it points to, like the env spec, are shared) around the fork, and observation
+    wrappers transform the fork's observation as they would have in ``step``.
     """
     chain = []
     while isinstance(env, gym.Wrapper):
         chain.append(env)
         env = env.env
     clone, observation = env.fork(max_tool_calls)
-    memo: dict[int, Any] = {id(env): clone}
     for wrapper in reversed(chain):
-        copied = copy.deepcopy(wrapper, memo)
-        memo[id(wrapper)] = copied
+        copied = copy.copy(wrapper)
+        copied.env = clone
         if isinstance(copied, gym.ObservationWrapper):
             observation = copied.observation(observation)
         clone = copied
@@ -471,11 +487,18 @@ def fork_chain(env: gym.Env, max_tool_calls: int) -> tuple[gym.Env, Any]:
 def check_replayed(env_id: str, expected: Sequence[Any], replayed: Sequence[Any]) -> None:
     """Raise unless a replay showed the original observations (all but the last, which may carry
     the fork's final notice)."""
+    hint = (
+        "the env is not deterministic given its reset seed and the actions. Give it a "
+        "fork(max_tool_calls) method, or run without prefix sharing (--no-share-prefix)."
+    )
+    if len(expected) != len(replayed):
+        raise ReplayMismatchError(
+            f"{env_id}: replaying an episode for a budget branch ended after {len(replayed) - 1} "
+            f"of {len(expected) - 1} actions: {hint}"
+        )
     for i, (want, got) in enumerate(zip(expected[:-1], replayed[:-1], strict=True)):
         if want != got:
             raise ReplayMismatchError(
                 f"{env_id}: replaying an episode for a budget branch gave another observation at "
-                f"turn {i} ({str(got)[:80]!r} instead of {str(want)[:80]!r}): the env is not "
-                "deterministic given its reset seed and the actions. Give it a "
-                "fork(max_tool_calls) method, or run without prefix sharing (--no-share-prefix)."
+                f"turn {i} ({str(got)[:80]!r} instead of {str(want)[:80]!r}): {hint}"
             )
