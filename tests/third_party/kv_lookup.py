@@ -44,14 +44,16 @@ class KVLookupMinimal(gym.Env):
             right = match.group(2).strip() == value_of(self.key, self.digits)
             return "Done.", float(right), True, False, {}
         if match:
-            key = match.group(2).strip()
-            return f"{key} = {value_of(key, self.digits) if key in KEYS else 'unknown'}", 0.0, False, False, {}
+            return self.lookup(match.group(2).strip()), 0.0, False, False, {}
         return "Write <get>key</get> or <answer>value</answer>.", 0.0, False, False, {}
+
+    def lookup(self, key):
+        return f"{key} = {value_of(key, self.digits) if key in KEYS else 'unknown'}"
 
 
 gym.register("KVLookupMinimal-v0", entry_point=KVLookupMinimal)
 
-PROMPT = "Find the value of a key. Look it up with <get>key</get>, then reply <answer>value</answer>."
+PROMPT = "Find the value of a key: look it up with <get>key</get>, reply <answer>value</answer>."
 
 
 class KVLookup(gym.Env):
@@ -79,10 +81,10 @@ class KVLookup(gym.Env):
         if self.calls >= self.max_tool_calls:
             return "No answer.", 0.0, False, True, self._info(False)
         self.calls += 1
-        key = match.group(2).strip() if match else None
-        if key is None:
+        if match is None:
             self.last = "Write <get>key</get> or <answer>value</answer>."
         else:
+            key = match.group(2).strip()
             self.last = f"{key} = {value_of(key, self.digits) if key in KEYS else 'unknown'}"
         return self._shown(), 0.0, False, False, self._info(False)
 
