@@ -146,6 +146,7 @@ class Unit:
 
 def make_splits(study: Study, cat: str) -> dict[str, Any]:
     """The first ``limit_eval`` test and ``limit_train`` train tasks of the category's env."""
+    from passkt.envs.contract import task_records
     from passkt.eval.evaluate import env_info
 
     env_id, kwargs = study.env(cat)
@@ -157,13 +158,14 @@ def make_splits(study: Study, cat: str) -> dict[str, Any]:
             info = env_info(env_id, kwargs, split)
         except ValueError as e:
             raise StudyError(f"category {cat} ({env_id}, {kwargs}): {e}") from e
-        if len(info.tasks) < limit:
+        tasks = task_records(info.contract, split, limit) if info.contract else list(info.tasks)
+        if len(tasks) < limit:
             raise StudyError(
-                f"category {cat}: the {split} split of {env_id} ({kwargs}) has {len(info.tasks)} "
+                f"category {cat}: the {split} split of {env_id} ({kwargs}) has {len(tasks)} "
                 f"tasks, fewer than limit_{part} = {limit}; lower it (--limit-{part}) or give a "
                 "larger data file"
             )
-        chosen[part], tools = list(info.tasks[:limit]), info.has_tools
+        chosen[part], tools = tasks[:limit], info.has_tools
     _check_disjoint(cat, chosen["eval"], chosen["train"])
     folder = study.splits_dir(cat)
     folder.mkdir(parents=True, exist_ok=True)
@@ -278,6 +280,7 @@ def train_config(study: Study, method: str, cat: str, seed: int) -> Any:
             "policy": f"{backend}:{study.base_model()}",
             "env_id": env_id,
             "env_kwargs": kwargs,
+            "imports": tuple(study.profile["imports"]),
             "split": "train",
             "task_ids": tuple(study.task_ids(cat, "train")),
             "output_dir": str(study.train_dir(method, cat, seed)),
