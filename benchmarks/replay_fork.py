@@ -16,13 +16,19 @@ be deterministic: a scripted one, or temperature 0).
 
     python benchmarks/replay_fork.py                                  # scripted:heuristic, T 0..5
     python benchmarks/replay_fork.py --policy scripted:oracle --limit 100 --n 16
+    python benchmarks/replay_fork.py --policy tiny --limit 20 --n 4   # a tiny random HF model
+
+``--policy tiny`` builds a tiny random Qwen2 checkpoint (``passkt.agents.tiny``) in a temporary
+folder and decodes greedily: real tokens, so the cost of generation is in the comparison.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import gymnasium as gym
 
@@ -50,13 +56,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=100)
     p.add_argument("--budgets", default="0,1,2,3,5")
     p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--max-new-tokens", type=int, default=32, help="per turn (model policies)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     gym.register("OpaqueBridgeQA-v0", entry_point=opaque_bridge)
     kwargs = parse_env_kwargs(args.env_kwargs)
     budgets = parse_int_list(args.budgets, "--budgets")
     tasks = env_info("BridgeQA-v0", kwargs).tasks
-    params = SamplingParams(temperature=args.temperature)
+    params = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    if args.policy == "tiny":
+        import torch
+
+        from passkt.agents.tiny import make_tiny_checkpoint
+
+        torch.set_num_threads(1)
+        folder = Path(tempfile.mkdtemp(prefix="passkt-tiny-"))
+        args.policy = f"hf:{make_tiny_checkpoint(folder / 'model', seed=0)}"
+    # Warm-up (imports, the scorer, the task cache) so the first mode measured pays nothing extra.
+    evaluate(
+        "BridgeQA-v0",
+        load_policy(args.policy, tasks=tasks),
+        env_kwargs=kwargs,
+        n=1,
+        budgets=budgets,
+        limit=2,
+        params=params,
+        progress=False,
+    )
     modes = {
         "fork": ("BridgeQA-v0", None),
         "replay": ("OpaqueBridgeQA-v0", None),
