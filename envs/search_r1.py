@@ -12,6 +12,10 @@ Their corpus (wiki-18) stores each document as ``"Title"\\ntext``, and their ren
 first line as the title, so every title the released checkpoints saw is in double quotes; passkt's
 paragraphs have the title apart, so it adds the quotes (``Doc 1(Title: "T") text``).
 
+One difference is left, by design: passkt stops a turn at its first ``</search>`` or
+``</answer>`` (stop strings), where Search-R1 generates on and keeps the text up to the first
+``</search>``, else ``</answer>``. The two agree unless a turn closes an answer before a search.
+
 ``passkt.envs`` uses this module when an env is made with ``protocol="search-r1"``.
 """
 
