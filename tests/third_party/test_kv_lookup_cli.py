@@ -75,3 +75,11 @@ def test_bad_plug_ins_fail_in_one_line_before_writing(argv, message, tmp_path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("passkt: error: ") and message in err[-1]
     assert not out.exists()
+
+
+def test_sft_without_passkt_tasks_asks_for_expert_data(tmp_path, capsys):
+    argv = ["train", "sft", "--import", "kv_lookup", "--env", "KVLookup-v0", "--policy", "hf:x"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--out", str(tmp_path / "sft")])
+    assert exit_info.value.code == 2
+    assert "--data-path" in capsys.readouterr().err
