@@ -184,9 +184,14 @@ def _check_disjoint(cat: str, eval_tasks: list, train_tasks: list) -> None:
     """Matched data means disjoint problems: no question may be in both parts.
 
     Questions, not ids, are compared: the synthetic source numbers each split from 0, so the same
-    id names different problems in the two splits.
+    id names different problems in the two splits. Tasks without a question (an env's plain ids,
+    or seed tasks) are compared by id.
     """
-    shared = {t.question for t in eval_tasks} & {t.question for t in train_tasks}
+
+    def key(task: Any) -> str:
+        return getattr(task, "question", task.task_id)
+
+    shared = {key(t) for t in eval_tasks} & {key(t) for t in train_tasks}
     if shared:
         raise StudyError(
             f"category {cat}: {len(shared)} question(s) are in both the eval and the train split, "
