@@ -16,8 +16,9 @@ lacks a capability:
 
 from __future__ import annotations
 
+import copy
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,18 +26,78 @@ import gymnasium as gym
 
 from passkt.envs.contract import (
     EnvContract,
+    ReplayMismatchError,
     ToolBudget,
     announce,
-    chain_forkable,
-    check_replayed,
-    fork_chain,
     inspect_env,
     task_seed,
 )
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EnvRunner", "History"]
+__all__ = ["EnvRunner", "History", "chain_forkable", "check_replayed", "fork_chain"]
+
+
+_PASSIVE = (
+    gym.RewardWrapper,
+    gym.ActionWrapper,
+    gym.wrappers.OrderEnforcing,
+    gym.wrappers.PassiveEnvChecker,
+    gym.wrappers.TimeLimit,
+    gym.wrappers.RecordEpisodeStatistics,
+)
+"""Wrappers that leave observations alone, so a fork below them needs no replay."""
+
+
+def chain_forkable(env: gym.Env) -> bool:
+    """Whether :func:`fork_chain` can fork ``env``: a ``fork`` at the bottom and only wrappers
+    that leave observations alone or transform them with ``observation()``."""
+    while isinstance(env, gym.Wrapper):
+        if not isinstance(env, (*_PASSIVE, gym.ObservationWrapper)):
+            return False
+        env = env.env
+    return callable(getattr(env, "fork", None))
+
+
+def fork_chain(env: gym.Env, max_tool_calls: int) -> tuple[gym.Env, Any]:
+    """Fork the episode in progress with budget ``max_tool_calls``, wrappers included.
+
+    The unwrapped env forks itself; each wrapper is copied (shallowly: its counters are copied,
+    the big things it points to, like the env spec, are shared) around the fork, and observation
+    wrappers transform the fork's observation as they would have in ``step``.
+    """
+    chain = []
+    while isinstance(env, gym.Wrapper):
+        chain.append(env)
+        env = env.env
+    clone, observation = env.fork(max_tool_calls)
+    for wrapper in reversed(chain):
+        copied = copy.copy(wrapper)
+        copied.env = clone
+        if isinstance(copied, gym.ObservationWrapper):
+            observation = copied.observation(observation)
+        clone = copied
+    return clone, observation
+
+
+def check_replayed(env_id: str, expected: Sequence[Any], replayed: Sequence[Any]) -> None:
+    """Raise unless a replay showed the original observations (all but the last, which may carry
+    the fork's final notice)."""
+    hint = (
+        "the env is not deterministic given its reset seed and the actions. Give it a "
+        "fork(max_tool_calls) method, or run without prefix sharing (--no-share-prefix)."
+    )
+    if len(expected) != len(replayed):
+        raise ReplayMismatchError(
+            f"{env_id}: replaying an episode for a budget branch ended after {len(replayed) - 1} "
+            f"of {len(expected) - 1} actions: {hint}"
+        )
+    for i, (want, got) in enumerate(zip(expected[:-1], replayed[:-1], strict=True)):
+        if want != got:
+            raise ReplayMismatchError(
+                f"{env_id}: replaying an episode for a budget branch gave another observation at "
+                f"turn {i} ({str(got)[:80]!r} instead of {str(want)[:80]!r}): {hint}"
+            )
 
 
 @dataclass

@@ -25,14 +25,13 @@ from passkt.envs.errors import UnknownTaskError
 from passkt.envs.protocol import (
     ANSWER_RECEIVED,
     FINAL_NOTICE,
-    STOP,
-    SYSTEM_PROMPTS,
     TRUNCATED_MESSAGE,
     Action,
     budget_line,
     invalid_action_message,
     no_tools_message,
     parse_action,
+    passkt_protocol,
     render_information,
 )
 from passkt.envs.retrieval import BACKENDS, Retriever, build_retriever, global_corpus
@@ -488,13 +487,8 @@ class ToolUseEnv(gym.Env[str, str]):
         """How an agent talks to this env: the category's system prompt and the action stop
         strings (``protocol="passkt"``), or Search-R1's prompt and stream (``"search-r1"``)."""
         if self.protocol_name == "search-r1":
-            return AgentProtocol(
-                name="search-r1",
-                stop=search_r1.STOP,
-                layout="stream",
-                prompt_template=search_r1.PROMPT_TEMPLATE,
-            )
-        return AgentProtocol(name="passkt", system_prompt=SYSTEM_PROMPTS[self.category], stop=STOP)
+            return search_r1.PROTOCOL
+        return passkt_protocol(self.category)
 
     @property
     def task(self) -> Task | None:

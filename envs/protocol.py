@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from passkt.envs.contract import AgentProtocol
 from passkt.envs.retrieval import Hit
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "invalid_action_message",
     "no_tools_message",
     "parse_action",
+    "passkt_protocol",
     "render_information",
 ]
 
@@ -85,6 +87,13 @@ SYSTEM_PROMPTS: dict[str, str] = {
     ),
 }
 """The system prompt of each category (the passkt protocol)."""
+
+
+def passkt_protocol(category: str) -> AgentProtocol:
+    """The protocol a passkt env hands its agents: its category's system prompt, chat layout,
+    generation stopped after an action's closing tag."""
+    return AgentProtocol(name="passkt", system_prompt=SYSTEM_PROMPTS[category], stop=STOP)
+
 
 _EXPECTED = (
     "End your turn with exactly one action: <search>your query</search> to search, "

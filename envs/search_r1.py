@@ -24,10 +24,18 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from passkt.envs.contract import AgentProtocol
 from passkt.envs.protocol import Action
 from passkt.envs.retrieval import Hit
 
-__all__ = ["INVALID_MESSAGE", "PROMPT_TEMPLATE", "parse_action", "question", "render_information"]
+__all__ = [
+    "INVALID_MESSAGE",
+    "PROMPT_TEMPLATE",
+    "PROTOCOL",
+    "parse_action",
+    "question",
+    "render_information",
+]
 
 PROMPT_TEMPLATE = (
     "Answer the given question. "
@@ -50,6 +58,12 @@ INVALID_MESSAGE = (
 
 STOP: tuple[str, ...] = ("</search>", "</answer>")
 """Search-R1 cuts each turn after its first ``</search>`` (else ``</answer>``)."""
+
+PROTOCOL = AgentProtocol(
+    name="search-r1", stop=STOP, layout="stream", prompt_template=PROMPT_TEMPLATE
+)
+"""One user turn from the template, then one assistant stream (the env's observations already
+carry Search-R1's newlines, so they are appended as they are)."""
 
 _ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 
