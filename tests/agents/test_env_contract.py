@@ -137,6 +137,14 @@ def test_a_malformed_protocol_fails_before_the_run_directory_exists(tmp_path):
         AgentProtocol(prompt_template="no slot")
 
 
+def test_the_documented_module_id_of_a_passkt_env_is_accepted():
+    info = env_info("passkt.envs:BridgeQA-v0", BRIDGE)
+    assert info.contract.forkable and info.contract.protocol.name == "passkt"
+    assert [t.task_id for t in info.tasks] == [
+        t.task_id for t in env_info("BridgeQA-v0", BRIDGE).tasks
+    ]
+
+
 def test_unknown_modules_and_ids_say_how_to_fix_them():
     with pytest.raises(EnvContractError, match="cannot import module 'no_such_module'"):
         env_info("no_such_module:Env-v0")
