@@ -289,3 +289,23 @@ def test_a_replay_that_differs_is_an_error_naming_the_fix():
 
     with pytest.raises(ReplayMismatchError, match=r"not deterministic.*--no-share-prefix"):
         rollout(Chatty(), "Flaky-v0", ["seed-0"], budgets=(2, 3))
+
+
+def test_grpo_samples_the_wrapped_return():
+    from types import SimpleNamespace
+
+    from passkt.agents.train.config import GRPOConfig
+    from passkt.agents.train.grpo import sample_groups
+
+    tasks = env_info("BridgeQA-v0", BRIDGE, split="train").tasks[:2]
+    config = GRPOConfig(
+        policy="hf:unused", env_id="ShapedBridge-v0", env_kwargs=BRIDGE, t_train=3, group_size=2
+    )
+    run = SimpleNamespace(policy=OraclePolicy(tasks), rank=0)
+    episodes, _ = sample_groups(run, config, [t.task_id for t in tasks], step=0)
+    assert len(episodes) == 4 and all(e.correct for e in episodes)
+    # what GRPO's advantages are computed from: the shaped return, not the env's raw 1.0
+    assert [e.reward for e in episodes] == pytest.approx(
+        [1.0 - 0.1 * len(e.turns) for e in episodes]
+    )
+    assert all(e.reward < 1.0 for e in episodes)
