@@ -1,38 +1,15 @@
-"""System prompts, one per category, and the conversation an agent starts from.
+"""System prompts per category and the conversation an agent starts from (passkt protocol).
 
-The prompts explain the action protocol of ``passkt.envs`` (Search-R1 tags). They never mention the
-budget: with a hidden budget the only word about it is the env's final notice, which is what makes
-an episode with budget T a prefix of one with a larger budget.
+The prompts belong to the envs now (``passkt.envs.protocol.SYSTEM_PROMPTS``, handed to agents as
+``env.protocol``); this module keeps the old names for code that imports them.
 """
 
 from __future__ import annotations
 
 from passkt.agents.policy import Conversation
+from passkt.envs.protocol import SYSTEM_PROMPTS
 
-_PROTOCOL = (
-    "You can search a document collection. To search, end your turn with "
-    "<search>your query</search>; the results come back inside <information>...</information>. "
-    "You may think first inside <think>...</think>. When you know the answer, end your turn with "
-    "<answer>the answer</answer>. Each turn must end with exactly one <search> or one <answer>."
-)
-
-SYSTEM_PROMPTS: dict[str, str] = {
-    "math": (
-        "You are a careful problem solver. Reason step by step, then give only the final answer "
-        "inside <answer>...</answer>, for example <answer>42</answer>. There are no tools."
-    ),
-    "comparison": (
-        "You answer questions that compare two entities. "
-        + _PROTOCOL
-        + " Look up each entity, then compare. Answer with a short phrase: a name, or yes / no."
-    ),
-    "bridge": (
-        "You answer questions that need several facts found one after another: a fact you find "
-        "names the next thing to look up. "
-        + _PROTOCOL
-        + " Answer with a short phrase, for example a name, a place or a year."
-    ),
-}
+__all__ = ["SYSTEM_PROMPTS", "initial_conversation", "system_prompt"]
 
 
 def system_prompt(category: str) -> str:

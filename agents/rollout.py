@@ -13,9 +13,16 @@ sampling log-probabilities: what a trainer needs.
 Budget branches (prefix sharing). With a hidden budget, an episode with budget t is, turn for turn,
 the prefix of an episode with a larger budget until its t-th tool call, where it alone sees the
 final notice. So one main episode runs at ``max(budgets)`` and, each time its call count reaches a
-smaller budget t, the engine forks a branch (``env.fork(t)``) that sees the notice and must answer
-in one more turn. The outcome for T = t is that branch, or the main episode itself when it answered
-before making t calls. Cost: O(T_max) turns per sample instead of O(T_max^2).
+smaller budget t, the engine forks a branch that sees the notice and must answer in one more turn.
+The outcome for T = t is that branch, or the main episode itself when it answered before making t
+calls. Cost: O(T_max) turns per sample instead of O(T_max^2).
+
+Any env. The engine steps each env as ``gym.make`` returns it (wrappers included) and follows the
+env contract (``passkt.envs.contract``, run by ``passkt.agents.env_runtime``): the env's
+``protocol`` gives the system prompt, stop strings and layout; a branch is the env's own ``fork``
+(copied through its wrappers) or a checked replay of the actions on a fresh env; an episode's
+``reward`` is its return (the sum of the rewards the wrapped env gave); ``correct`` is
+``info["correct"]`` or, without it, the last reward at its maximum.
 """
 
 from __future__ import annotations
@@ -27,10 +34,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import gymnasium as gym
 from tqdm.auto import tqdm
 
+from passkt.agents.env_runtime import EnvRunner, History
 from passkt.agents.policy import (
+    DEFAULT_STOP,
     Completion,
     Conversation,
     Message,
@@ -38,7 +46,7 @@ from passkt.agents.policy import (
     SamplingParams,
     TokenPolicy,
 )
-from passkt.agents.prompts import initial_conversation
+from passkt.envs.contract import EnvContract
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +77,7 @@ class Episode:
     tool_calls: int = 0
     answer: str | None = None
     reward: float = 0.0
+    """The return: the sum of the rewards of every step (as the wrapped env gave them)."""
     correct: bool = False
     f1: float = 0.0
     terminated: bool = False
@@ -184,9 +193,12 @@ class _Live:
 
     episode: Episode
     env: Any
+    history: History
     pending_ids: list[int] = field(default_factory=list)
     """Ids to append before the next generation (the latest observation turn)."""
     is_branch: bool = False
+    stream_tail: str = ""
+    """``stream`` layout: the text the latest observation added to the assistant stream."""
 
 
 def _seed_for(seed: int, round_index: int) -> int:
@@ -206,23 +218,26 @@ def rollout(
     share_prefix: bool | None = None,
     tokenizer: Any = None,
     progress: bool = False,
+    contract: EnvContract | None = None,
 ) -> RolloutResult:
     """Run ``n`` episodes of every task at every budget and return them with their cost.
 
     Args:
         policy: Any ``Policy``; a ``TokenPolicy`` also gets exact token records.
-        env_id: A registered env id, e.g. ``"BridgeQA-v0"``.
+        env_id: A registered env id, e.g. ``"BridgeQA-v0"`` or ``"mymodule:MyEnv-v0"``.
         task_ids: Tasks to run (ids of the env's task list).
         n: Samples per task.
         budgets: The T values (``max_tool_calls``) to produce episodes for.
         env_kwargs: Extra ``gym.make`` kwargs (not ``max_tool_calls``: use ``budgets``).
-        params: Sampling parameters; ``n`` must be 1 (samples are separate episodes).
+        params: Sampling parameters; ``n`` must be 1 (samples are separate episodes). The default
+            stop strings are replaced by the env protocol's; set others to override them.
         seed: Seeds env resets and each round's sampling, so a run reproduces.
         share_prefix: Fork budget branches from one main episode (default: whenever the env
             hides its budget). ``False`` runs every budget on its own.
         tokenizer: For a policy without token ids (scripted experts), tokenize its text with this
             tokenizer to fill the token record (used for SFT data).
         progress: Show a progress bar over finished episodes.
+        contract: The env's contract if the caller already inspected it (saves one env).
     """
     params = params or SamplingParams()
     kwargs = dict(env_kwargs or {})
@@ -230,10 +245,15 @@ def rollout(
     _check_rollout_args(kwargs, budgets, params, n)
     t_start = time.perf_counter()
 
-    # One env instance makes every episode: reset it on a task, then fork() a copy per episode.
-    # The copies share the task list and the search indexes, so each task's index is built once.
-    base = gym.make(env_id, **kwargs, max_tool_calls=budgets[-1], disable_env_checker=True)
-    reveal = bool(getattr(base.unwrapped, "reveal_budget", False))
+    runner = EnvRunner(env_id, kwargs, contract)
+    protocol = runner.protocol
+    if params.stop == DEFAULT_STOP:
+        params = replace(params, stop=protocol.stop)
+    # One env instance makes every episode of a forkable env: reset it on a task, then fork a copy
+    # per episode. The copies share the task list and the search indexes, so each task's index is
+    # built once. Other envs are made fresh per episode.
+    base = runner.make(budgets[-1])
+    reveal = runner.contract.reveal_budget
     if share_prefix is None:
         share_prefix = not reveal
     elif share_prefix and reveal:
@@ -254,17 +274,16 @@ def rollout(
     for index, (task_id, sample, budget) in enumerate(
         (t, s, b) for t in task_ids for s in range(n) for b in main_budgets
     ):
-        _, info = base.reset(seed=seed + index, options={"task_id": task_id})
-        env, observation = base.unwrapped.fork(budget)
-        episode = Episode(task_id, sample, budget, info["category"])
-        episode.messages = initial_conversation(info["category"], observation)
-        item = _Live(episode, env)
+        env, observation, info, history = runner.start(base, budget, task_id, seed + index)
+        episode = Episode(task_id, sample, budget, runner.category(info, env))
+        episode.messages = protocol.first_messages(observation)
+        item = _Live(episode, env, history)
         if chat is not None:
             item.pending_ids = chat.prompt_ids(episode.messages)
         mains[(task_id, sample, budget)] = episode
         live.append(item)
         if 0 in fork_at:
-            live.append(_fork(item, 0, chat, branches))
+            live.append(_fork(item, 0, chat, branches, runner))
 
     calls = 0
     generated = 0
@@ -280,7 +299,7 @@ def rollout(
         calls += 1
         still: list[_Live] = []
         for item, completion in zip(live, completions, strict=True):
-            generated += _record_turn(item, completion, chat, token_policy)
+            generated += _record_turn(item, completion, chat, token_policy, runner)
             if item.episode.done:
                 if not item.is_branch:
                     bar.update(1)
@@ -289,10 +308,11 @@ def rollout(
             still.append(item)
             calls_made = item.episode.tool_calls
             if not item.is_branch and calls_made in fork_at:
-                still.append(_fork(item, calls_made, chat, branches))
+                still.append(_fork(item, calls_made, chat, branches, runner))
         live = still
         round_index += 1
     bar.close()
+    base.close()
 
     episodes = _collect(task_ids, n, budgets, share_prefix, mains, branches)
     stats = RolloutStats(
@@ -319,25 +339,42 @@ def _check_rollout_args(
 
 
 def _fork(
-    item: _Live, budget: int, chat: ChatTokens | None, branches: dict[tuple, Episode]
+    item: _Live,
+    budget: int,
+    chat: ChatTokens | None,
+    branches: dict[tuple, Episode],
+    runner: EnvRunner,
 ) -> _Live:
     """A branch of ``item`` that sees the final notice now: the episode with budget ``budget``."""
-    env, observation = item.env.unwrapped.fork(budget)
+    env, observation = runner.fork(item.env, item.history, budget)
     main = item.episode
     episode = copy.copy(main)
     episode.budget = budget
-    episode.messages = [*main.messages[:-1], {"role": "user", "content": observation}]
     episode.turns = list(main.turns)
     episode.token_ids = list(main.token_ids)
     episode.policy_mask = list(main.policy_mask)
     episode.logprobs = list(main.logprobs)
     episode.generated_tokens = 0
-    branch = _Live(episode, env, is_branch=True)
-    if chat is not None:
-        if main.turns:
-            branch.pending_ids = chat.observation_ids(observation)
-        else:
+    protocol = runner.protocol
+    history = item.history.copy()
+    history.observations[-1] = observation
+    branch = _Live(episode, env, history, is_branch=True)
+    if not main.turns:
+        episode.messages = protocol.first_messages(observation)
+        if chat is not None:
             branch.pending_ids = chat.prompt_ids(episode.messages)
+    elif protocol.layout == "stream":
+        # The stream's last piece is the main episode's observation: swap in the branch's.
+        stream = main.messages[-1]["content"]
+        branch.stream_tail = protocol.stream_text(observation)
+        content = stream[: len(stream) - len(item.stream_tail)] + branch.stream_tail
+        episode.messages = [*main.messages[:-1], {"role": "assistant", "content": content}]
+        if chat is not None:
+            branch.pending_ids = chat.encode(branch.stream_tail)
+    else:
+        episode.messages = [*main.messages[:-1], {"role": "user", "content": observation}]
+        if chat is not None:
+            branch.pending_ids = chat.observation_ids(observation)
     branches[(main.task_id, main.sample, budget)] = episode
     return branch
 
@@ -363,7 +400,11 @@ def _generate(
 
 
 def _record_turn(
-    item: _Live, completion: Completion, chat: ChatTokens | None, token_policy: bool
+    item: _Live,
+    completion: Completion,
+    chat: ChatTokens | None,
+    token_policy: bool,
+    runner: EnvRunner,
 ) -> int:
     """Append the completion and the env's reply to the episode; return tokens generated."""
     episode = item.episode
@@ -386,15 +427,28 @@ def _record_turn(
 
     observation, reward, terminated, truncated, info = item.env.step(completion.text)
     done = terminated or truncated
-    episode.messages.append({"role": "assistant", "content": completion.text})
+    item.history.actions.append(completion.text)
+    item.history.observations.append(observation)
+    stream = runner.protocol.layout == "stream"
+    if stream and episode.messages[-1]["role"] == "assistant":
+        last = episode.messages[-1]
+        episode.messages[-1] = {"role": "assistant", "content": last["content"] + completion.text}
+    else:
+        episode.messages.append({"role": "assistant", "content": completion.text})
     episode.turns.append(Turn(completion, str(info.get("action", "")), "" if done else observation))
-    episode.tool_calls = int(info["tool_calls"])
-    episode.reward = float(reward)
+    episode.tool_calls = runner.tool_calls(info, episode.tool_calls, done)
+    episode.reward += float(reward)
     episode.terminated, episode.truncated = bool(terminated), bool(truncated)
     if done:
         episode.answer = info.get("answer")
-        episode.correct = bool(info.get("correct", False))
+        episode.correct = runner.success(info, float(reward))
         episode.f1 = float(info.get("f1", 0.0))
+    elif stream:
+        item.stream_tail = runner.protocol.stream_text(observation)
+        last = episode.messages[-1]
+        episode.messages[-1] = {"role": "assistant", "content": last["content"] + item.stream_tail}
+        if chat is not None:
+            item.pending_ids = chat.encode(item.stream_tail)
     else:
         episode.messages.append({"role": "user", "content": observation})
         if chat is not None:

@@ -1,21 +1,27 @@
 """Policy specs: one string names a policy everywhere (CLI, manifests, configs).
 
 ``hf:PATH_OR_ID``, ``vllm:ID``, ``openai:URL#MODEL``, ``scripted:oracle``, ``scripted:heuristic``,
-and ``lean:PATH_OR_ID`` (``HFPolicy`` with the testbed's lean CPU decoding loop for small Llama /
-Qwen2 models: the same completions, several times faster; see ``passkt.agents.testbed.decoding``).
+``lean:PATH_OR_ID`` (``HFPolicy`` with the testbed's lean CPU decoding loop for small Llama /
+Qwen2 models: the same completions, several times faster; see ``passkt.agents.testbed.decoding``),
+and ``py:MODULE:FACTORY`` for your own agent: ``FACTORY(context, **options)`` is called with a
+``PolicyContext`` (the env id and kwargs, its task ids and records, its protocol) and returns any
+object with ``generate(conversations, params)``.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from passkt.agents.policy import Policy
+from passkt.envs.contract import NEUTRAL, AgentProtocol
 from passkt.envs.tasks import Task
 
-KINDS = ("hf", "lean", "vllm", "openai", "scripted")
+KINDS = ("hf", "lean", "vllm", "openai", "scripted", "py")
 SCRIPTED = ("oracle", "heuristic")
 
 
@@ -37,6 +43,13 @@ def parse_spec(spec: str) -> tuple[str, str]:
         close = difflib.get_close_matches(target, SCRIPTED, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"Unknown scripted policy {target!r}.{hint} Known: {', '.join(SCRIPTED)}.")
+    if kind == "py":
+        module, sep, factory = target.rpartition(":")
+        if not sep or not module or not factory.isidentifier():
+            raise ValueError(
+                f"Bad policy spec {spec!r}: your own agent is py:MODULE:FACTORY, e.g. "
+                "py:my_agents:make_policy (FACTORY(context, **options) returns the policy)"
+            )
     if kind == "openai" and "#" not in target:
         raise ValueError(
             f"Bad policy spec {spec!r}: an OpenAI-compatible server needs URL#MODEL, "
@@ -45,17 +58,67 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return kind, target
 
 
-def load_policy(spec: str, *, tasks: Iterable[Task] | None = None, **options: Any) -> Policy:
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a ``py:`` policy factory is told about the env its policy will play."""
+
+    env_id: str = ""
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    task_ids: tuple[str, ...] = ()
+    """The tasks of the run (``seed-N`` for an env without a task list)."""
+    tasks: tuple[Any, ...] = ()
+    """The env's task records (``passkt.envs.Task`` for passkt envs; empty for seed tasks)."""
+    protocol: AgentProtocol = NEUTRAL
+    """The env's protocol (system prompt, stop strings, layout)."""
+
+
+def resolve_factory(spec: str) -> Callable[..., Any]:
+    """The factory a ``py:MODULE:FACTORY`` spec names (imported now, so errors come early)."""
+    kind, target = parse_spec(spec)
+    if kind != "py":
+        raise ValueError(f"{spec!r} is not a py:MODULE:FACTORY spec")
+    module_name, _, name = target.rpartition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(
+            f"policy {spec!r}: cannot import module {module_name!r} ({e}); put it on PYTHONPATH "
+            "(the CLI also looks in the current directory)"
+        ) from e
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise ValueError(f"policy {spec!r}: module {module_name!r} has no callable {name!r}")
+    return factory
+
+
+def load_policy(
+    spec: str,
+    *,
+    tasks: Iterable[Task] | None = None,
+    context: PolicyContext | None = None,
+    **options: Any,
+) -> Policy:
     """Build the policy a spec names. ``options`` go to the backend's constructor.
 
     Args:
         spec: ``hf:PATH_OR_ID``, ``lean:PATH_OR_ID``, ``vllm:ID``, ``openai:URL#MODEL``,
-            ``scripted:oracle`` or ``scripted:heuristic``.
+            ``scripted:oracle``, ``scripted:heuristic`` or ``py:MODULE:FACTORY``.
         tasks: The tasks an oracle may be asked about (required for ``scripted:oracle``).
+        context: What a ``py:`` factory is told about the env (default: an empty context).
         **options: Backend options, e.g. ``device="cpu", dtype="float32"`` for ``hf``.
     """
     kind, target = parse_spec(spec)
     policy: Policy
+    if kind == "py":
+        if context is None:
+            context = PolicyContext(tasks=tuple(tasks or ()))
+        policy = resolve_factory(spec)(context, **options)
+        if not callable(getattr(policy, "generate", None)):
+            raise ValueError(
+                f"policy {spec!r}: the factory returned a {type(policy).__name__}, which has no "
+                "generate(conversations, params) method (see passkt.agents.policy.Policy)"
+            )
+        return policy
     if kind == "hf":
         from passkt.agents.hf import HFPolicy
 

@@ -26,7 +26,9 @@ ENV_SPECS: dict[str, dict] = {
 
 
 def register_envs() -> None:
-    """Register every passkt env with Gymnasium (idempotent; also the plugin entry point)."""
+    """Register every passkt env with Gymnasium (idempotent). Gymnasium 1.x loads no plugin
+    entry points, so registration happens on import: ``import passkt.envs``, or an id written
+    ``passkt.envs:BridgeQA-v0``, which ``gym.make`` and ``passkt --env`` import first."""
     for env_id, spec in ENV_SPECS.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, **spec)

@@ -18,6 +18,8 @@ from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 
+from passkt.envs import search_r1
+from passkt.envs.contract import AgentProtocol
 from passkt.envs.corpus import Corpus, open_corpus
 from passkt.envs.errors import UnknownTaskError
 from passkt.envs.protocol import (
@@ -29,6 +31,7 @@ from passkt.envs.protocol import (
     invalid_action_message,
     no_tools_message,
     parse_action,
+    passkt_protocol,
     render_information,
 )
 from passkt.envs.retrieval import BACKENDS, Retriever, build_retriever, global_corpus
@@ -49,6 +52,8 @@ _SUFFIX_RESERVE = 512
 RetrieverFactory = Callable[[Sequence[Paragraph]], Retriever]
 CorpusArg = Literal["task", "global"] | str | os.PathLike | Corpus
 """``corpus=``: ``"task"``, ``"global"``, a saved corpus folder, or a ``Corpus``."""
+ProtocolName = Literal["passkt", "search-r1"]
+"""``protocol=``: passkt's chat protocol or Search-R1's exact one (``passkt.envs.search_r1``)."""
 RetrieverArg = str | RetrieverFactory | Retriever | None
 """``retriever=``: a backend name, a factory ``paragraphs -> Retriever``, a ``Retriever``, or
 ``None`` (rank-bm25 for ``"task"`` and ``"global"``, a ``Corpus``'s own bm25s index)."""
@@ -174,7 +179,11 @@ class ToolUseEnv(gym.Env[str, str]):
     ## Description
     A task (question, gold answer, own paragraphs) is drawn at reset. Each turn the agent writes
     free text, optionally ``<think>...</think>``, ending in ``<search>query</search>`` or
-    ``<answer>text</answer>`` (Search-R1 tags; ``passkt.envs.protocol``).
+    ``<answer>text</answer>`` (Search-R1 tags; ``passkt.envs.protocol``). The env owns how an
+    agent should talk to it: ``env.protocol`` (an ``AgentProtocol``: system prompt, stop strings,
+    chat or stream layout). ``protocol="search-r1"`` switches every string to Search-R1's own
+    (``passkt.envs.search_r1``): its prompt, documents as ``Doc 1(Title: "T") text`` appended to
+    one assistant stream, its invalid-action message, and no final notice.
 
     ## Action Space
     ``ActionText``: any Unicode string (``step`` also parses strings longer than
@@ -234,9 +243,18 @@ class ToolUseEnv(gym.Env[str, str]):
         corpus: CorpusArg = "task",
         retriever: RetrieverArg = None,
         render_mode: str | None = None,
+        protocol: ProtocolName = "passkt",
     ) -> None:
         name = type(self).__name__
         self.max_tool_calls = _check_int("max_tool_calls", max_tool_calls, 0)
+        if protocol not in ("passkt", "search-r1"):
+            raise ValueError(f"protocol must be 'passkt' or 'search-r1', got {protocol!r}")
+        if protocol == "search-r1" and (reveal_budget or not self.has_tools):
+            raise ValueError(
+                f"{name}: protocol='search-r1' needs a search tool and a hidden budget "
+                "(Search-R1 never states the budget)"
+            )
+        self.protocol_name: ProtocolName = protocol
         if not self.has_tools and max_tool_calls != 0:
             raise ValueError(
                 f"{name} has no tools, so max_tool_calls must be 0 (got {max_tool_calls}); "
@@ -355,9 +373,14 @@ class ToolUseEnv(gym.Env[str, str]):
             task = self._find_task(options["task_id"])
         else:
             task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
-        episode = _Episode(task=task, core=task.question, observation="")
+        core = (
+            search_r1.question(task.question)
+            if self.protocol_name == "search-r1"
+            else task.question
+        )
+        episode = _Episode(task=task, core=core, observation="")
         self._episode = episode
-        episode.observation = self._with_suffix(task.question, self.max_tool_calls, episode)
+        episode.observation = self._with_suffix(core, self.max_tool_calls, episode)
         return episode.observation, self._info(episode)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -372,7 +395,8 @@ class ToolUseEnv(gym.Env[str, str]):
         episode = self._episode
         if episode is None or episode.finished:
             raise gym.error.ResetNeeded("The episode has ended (or never began): call reset().")
-        parsed = parse_action(action)
+        r1 = self.protocol_name == "search-r1"
+        parsed = search_r1.parse_action(action) if r1 else parse_action(action)
         if parsed.kind == "search" and not self.has_tools:
             parsed = Action(kind="invalid", error=no_tools_message())
         episode.turns += 1
@@ -392,6 +416,8 @@ class ToolUseEnv(gym.Env[str, str]):
             episode.tool_calls += 1
             if parsed.kind == "search":
                 episode.core = self._search(episode.task, parsed.content)
+            elif r1:
+                episode.core = search_r1.INVALID_MESSAGE
             else:
                 episode.core = invalid_action_message(parsed.error or "invalid action")
             observation = self._with_suffix(episode.core, self.max_tool_calls, episode)
@@ -470,6 +496,14 @@ class ToolUseEnv(gym.Env[str, str]):
         return ActionText(ACTION_MAX_LENGTH, tags=tags)
 
     @property
+    def protocol(self) -> AgentProtocol:
+        """How an agent talks to this env: the category's system prompt and the action stop
+        strings (``protocol="passkt"``), or Search-R1's prompt and stream (``"search-r1"``)."""
+        if self.protocol_name == "search-r1":
+            return search_r1.PROTOCOL
+        return passkt_protocol(self.category)
+
+    @property
     def task(self) -> Task | None:
         """The task of the current episode (``None`` before the first reset)."""
         return None if self._episode is None else self._episode.task
@@ -487,10 +521,14 @@ class ToolUseEnv(gym.Env[str, str]):
 
     def _search(self, task: Task, query: str) -> str:
         hits = self._retrievers.for_task(task).search(query, self.top_k)
+        if self.protocol_name == "search-r1":
+            return search_r1.render_information(hits)
         return render_information(hits, max_chars=OBSERVATION_MAX_LENGTH - _SUFFIX_RESERVE)
 
     def _with_suffix(self, core: str, budget: int, episode: _Episode) -> str:
         calls_left = budget - episode.tool_calls
+        if self.protocol_name == "search-r1":
+            return core  # Search-R1's last turn comes without a notice
         if calls_left <= 0:
             return f"{core}\n\n{FINAL_NOTICE}"
         if self.reveal_budget:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from passkt.envs.base import CorpusArg, RetrieverArg, ToolUseEnv
+from passkt.envs.base import CorpusArg, ProtocolName, RetrieverArg, ToolUseEnv
 from passkt.envs.tasks import Task
 
 __all__ = ["ComparisonQAEnv"]
@@ -99,6 +99,8 @@ class ComparisonQAEnv(ToolUseEnv):
         e.g. ``passkt.envs.wikipedia.WikipediaTool(cache="wiki.sqlite")`` for live Wikipedia
         with an on-disk cache (``pip install 'passkt[wiki]'``).
     - ``render_mode``: ``None`` or ``"ansi"``.
+    - ``protocol``: ``"passkt"`` (default) or ``"search-r1"`` (Search-R1's exact prompt, stream
+      and document format; ``passkt.envs.search_r1``).
 
     ## Version History
     - v0: initial version.
@@ -120,6 +122,7 @@ class ComparisonQAEnv(ToolUseEnv):
         corpus: CorpusArg = "task",
         retriever: RetrieverArg = None,
         render_mode: str | None = None,
+        protocol: ProtocolName = "passkt",
     ) -> None:
         super().__init__(
             source=source,
@@ -133,4 +136,5 @@ class ComparisonQAEnv(ToolUseEnv):
             corpus=corpus,
             retriever=retriever,
             render_mode=render_mode,
+            protocol=protocol,
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from passkt.envs.base import ToolUseEnv
+from passkt.envs.base import ProtocolName, ToolUseEnv
 from passkt.envs.tasks import Task
 
 __all__ = ["MathEnv"]
@@ -65,6 +65,7 @@ class MathEnv(ToolUseEnv):
     - ``reveal_budget``: accepted for symmetry; with T = 0 every observation already ends with
       the final notice.
     - ``render_mode``: ``None`` or ``"ansi"``.
+    - ``protocol``: ``"passkt"`` only (``"search-r1"`` needs a search tool).
 
     ## Version History
     - v0: initial version.
@@ -84,6 +85,7 @@ class MathEnv(ToolUseEnv):
         max_tool_calls: int = 0,
         reveal_budget: bool = False,
         render_mode: str | None = None,
+        protocol: ProtocolName = "passkt",
     ) -> None:
         super().__init__(
             source=source,
@@ -94,4 +96,5 @@ class MathEnv(ToolUseEnv):
             max_tool_calls=max_tool_calls,
             reveal_budget=reveal_budget,
             render_mode=render_mode,
+            protocol=protocol,
         )

@@ -1,4 +1,4 @@
-"""The action protocol (Search-R1 tags) and the exact text of every observation an env shows.
+"""The passkt protocol: Search-R1's tags, the system prompts, and the text of every observation.
 
 An assistant turn is free text, optionally with ``<think>...</think>`` reasoning, ending in one
 action: ``<search>query</search>`` or ``<answer>text</answer>``. The first complete action outside
@@ -6,7 +6,11 @@ a think block counts; text after its closing tag is ignored, because a tokenizer
 string with the characters after it. Anything else is an invalid action.
 
 This module owns every string the envs show to a model, so a prompt can quote them and a test can
-compare them exactly. Changing any of them changes the env version (``-vN``).
+compare them exactly. Changing any of them changes the env version (``-vN``). The envs hand the
+system prompt and stop strings to agents as data (``env.protocol``, an ``AgentProtocol``): the
+system prompts never mention the budget, since with a hidden budget the only word about it is the
+final notice, which is what makes an episode with budget T a prefix of one with a larger budget.
+Search-R1's exact rendering is ``passkt.envs.search_r1``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from passkt.envs.contract import AgentProtocol
 from passkt.envs.retrieval import Hit
 
 __all__ = [
@@ -23,6 +28,8 @@ __all__ = [
     "ANSWER_RECEIVED",
     "FINAL_NOTICE",
     "NO_RESULTS",
+    "STOP",
+    "SYSTEM_PROMPTS",
     "TRUNCATED_MESSAGE",
     "Action",
     "ActionKind",
@@ -30,6 +37,7 @@ __all__ = [
     "invalid_action_message",
     "no_tools_message",
     "parse_action",
+    "passkt_protocol",
     "render_information",
 ]
 
@@ -50,6 +58,42 @@ TRUNCATED_MESSAGE = (
     "Episode over: no tool calls were left and the turn did not end in <answer>...</answer>."
 )
 """The last observation of an episode truncated for not answering after the final notice."""
+
+STOP: tuple[str, ...] = ("</search>", "</answer>")
+"""Generation stops after an action's closing tag."""
+
+_TOOLS = (
+    "You can search a document collection. To search, end your turn with "
+    "<search>your query</search>; the results come back inside <information>...</information>. "
+    "You may think first inside <think>...</think>. When you know the answer, end your turn with "
+    "<answer>the answer</answer>. Each turn must end with exactly one <search> or one <answer>."
+)
+
+SYSTEM_PROMPTS: dict[str, str] = {
+    "math": (
+        "You are a careful problem solver. Reason step by step, then give only the final answer "
+        "inside <answer>...</answer>, for example <answer>42</answer>. There are no tools."
+    ),
+    "comparison": (
+        "You answer questions that compare two entities. "
+        + _TOOLS
+        + " Look up each entity, then compare. Answer with a short phrase: a name, or yes / no."
+    ),
+    "bridge": (
+        "You answer questions that need several facts found one after another: a fact you find "
+        "names the next thing to look up. "
+        + _TOOLS
+        + " Answer with a short phrase, for example a name, a place or a year."
+    ),
+}
+"""The system prompt of each category (the passkt protocol)."""
+
+
+def passkt_protocol(category: str) -> AgentProtocol:
+    """The protocol a passkt env hands its agents: its category's system prompt, chat layout,
+    generation stopped after an action's closing tag."""
+    return AgentProtocol(name="passkt", system_prompt=SYSTEM_PROMPTS[category], stop=STOP)
+
 
 _EXPECTED = (
     "End your turn with exactly one action: <search>your query</search> to search, "
@@ -137,7 +181,8 @@ def _clip(text: str, limit: int) -> str:
 
 
 def render_information(hits: Sequence[Hit], max_chars: int | None = None) -> str:
-    """Render search hits exactly as Search-R1 does.
+    """Render search hits in passkt's layout (close to Search-R1's, not the same: see
+    ``passkt.envs.search_r1`` for the exact one).
 
     ``<information>Doc 1 (Title: T) text\\nDoc 2 (Title: T) text</information>``; no hits gives
     ``NO_RESULTS``.

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from passkt.agents.specs import parse_env_kwargs
+from passkt.envs.contract import import_modules
 from passkt.envs.errors import PassktError
 from passkt.eval.reports import Report, write_comparison, write_report
 
@@ -65,6 +66,8 @@ examples:
       --policy vllm:Qwen/Qwen2.5-7B-Instruct --n 64      (math: T = 0 only)
   passkt eval --policy openai:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-7B-Instruct --out runs/base
   passkt eval --out runs/base --resume      (continue a crashed run; repeat its arguments)
+  passkt eval --env my_envs:KVLookup-v0 --policy py:my_agents:make_policy --n 4 --budgets 0,1,2
+      (your own env and agent: see docs/env-contract.md)
 """
 
 REPORT_EXAMPLES = """\
@@ -213,6 +216,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from passkt.agents.specs import parse_spec
     from passkt.eval.evaluate import DEFAULT_BUDGETS, env_info, evaluate
 
+    import_modules(args.imports or ())
     kind, _ = parse_spec(args.policy)
     env_kwargs = _absolute_paths(parse_env_kwargs(args.env_kwargs))
     options = _policy_options(args, kind)
@@ -320,7 +324,19 @@ def _add_eval(subparsers: Any) -> None:
         epilog=EVAL_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--env", default=DEFAULT_ENV, help="env id (default %(default)s)")
+    p.add_argument(
+        "--env",
+        default=DEFAULT_ENV,
+        help="env id, or MODULE:ID to import the module that registers it (default %(default)s)",
+    )
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first, e.g. the one that registers your env or defines your agent "
+        "(repeatable; the current directory is searched too)",
+    )
     p.add_argument(
         "--env-kwargs",
         metavar="K=V,...",
@@ -332,7 +348,7 @@ def _add_eval(subparsers: Any) -> None:
         default=DEFAULT_POLICY,
         metavar="SPEC",
         help="hf:PATH_OR_ID | lean:PATH | vllm:ID | openai:URL#MODEL | scripted:oracle | "
-        "scripted:heuristic (default %(default)s)",
+        "scripted:heuristic | py:MODULE:FACTORY (your own agent) (default %(default)s)",
     )
     p.add_argument("--n", type=_positive_int, default=DEFAULT_N, help="samples per (task, T)")
     p.add_argument("--budgets", metavar="T,...", help="T grid (default 0,1,2,3,5; 0 for math envs)")
@@ -462,6 +478,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        # As `python -m` does: user modules named by --import, --env MODULE:ID or py:MODULE:F
+        # may sit in the current directory.
+        sys.path.insert(0, str(Path.cwd()))
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="passkt: %(levelname)s: %(message)s")
     try:

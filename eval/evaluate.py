@@ -14,6 +14,11 @@ sample at the largest T and forks a branch at every smaller T (see ``passkt.agen
 Math tasks have no tools, so only T = 0 means anything for them: ``evaluate`` rejects any other
 budget for a math env with a message saying to pass ``budgets=(0,)``; the CLI picks T = 0 itself
 when ``--budgets`` is not given.
+
+Any registered env can be evaluated (``module:Env-v0`` ids import their module): ``env_info``
+inspects it once (``passkt.envs.contract.inspect_env``) before anything is written, so a missing
+piece is reported, or its fallback announced, before the run directory exists. An env without a
+task list is evaluated on seeds (``seed-0`` ... ``seed-{limit - 1}``; train seeds start at 10**6).
 """
 
 from __future__ import annotations
@@ -25,12 +30,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
 from passkt.agents.policy import Policy, SamplingParams, describe
 from passkt.agents.rollout import RolloutStats, rollout
+from passkt.envs.contract import (
+    SEED_TASKS,
+    EnvContract,
+    resolve_env_id,
+    seed_task_ids,
+    task_seed,
+)
 from passkt.envs.tasks import Task
 from passkt.eval.estimator import Surface, check_ks, default_ks, surface
 from passkt.eval.outcomes import OutcomeTable
@@ -93,50 +104,41 @@ class EnvInfo:
     """What the evaluator needs to know about an env before running it."""
 
     env_id: str
-    tasks: tuple[Task, ...]
+    tasks: tuple[Any, ...]
+    """The env's task records (``Task`` for passkt envs); empty when tasks are seeds."""
     reveal_budget: bool
     has_tools: bool
+    contract: EnvContract | None = None
+    """Everything found out about the env (``passkt.envs.contract``)."""
 
 
 def check_env_id(env_id: str) -> None:
-    """Raise a ``ValueError`` naming close registered ids when ``env_id`` is not registered."""
-    import passkt.envs  # registers the passkt envs
-
-    if env_id in gym.registry:
-        return
-    known = sorted(gym.registry)
-    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
-    hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-    ours = ", ".join(passkt.envs.ENV_SPECS)
-    raise ValueError(f"Unknown env id {env_id!r}.{hint} passkt envs: {ours}.")
+    """Raise a ``ValueError`` naming close registered ids when ``env_id`` is not registered
+    (a ``module:Env-v0`` id imports its module first)."""
+    resolve_env_id(env_id)
 
 
 def env_info(
     env_id: str, env_kwargs: Mapping[str, Any] | None = None, split: str = "test"
 ) -> EnvInfo:
-    """The env's task list for ``split`` and whether it reveals its budget.
+    """What the env offers (task list for ``split``, protocol, fork ...) and whether it reveals
+    its budget. Fallbacks for missing capabilities are announced here, once.
 
     Raises:
-        ValueError: for an unknown env id, bad kwargs, or an env without a ``tasks`` list.
+        ValueError: for an unknown env id, bad kwargs, or a capability passkt cannot use.
     """
-    check_env_id(env_id)
+    from passkt.envs.contract import inspect_env
+
     kwargs = _env_kwargs(env_kwargs, split)
-    try:
-        env = gym.make(env_id, **kwargs, max_tool_calls=0)  # T = 0 is valid for every env
-    except TypeError as e:
-        raise ValueError(f"gym.make({env_id!r}, **{kwargs}) failed: {e}") from e
-    try:
-        tasks = getattr(env.unwrapped, "tasks", None)
-        if tasks is None:
-            raise ValueError(f"{env_id} has no `tasks` list; passkt can only evaluate task envs")
-        return EnvInfo(
-            env_id,
-            tuple(tasks),
-            reveal_budget=bool(getattr(env.unwrapped, "reveal_budget", False)),
-            has_tools=bool(getattr(env.unwrapped, "has_tools", True)),
-        )
-    finally:
-        env.close()
+    kwargs.pop("split")
+    contract = inspect_env(env_id, kwargs, split)
+    return EnvInfo(
+        env_id,
+        contract.tasks,
+        reveal_budget=contract.reveal_budget,
+        has_tools=contract.has_tools,
+        contract=contract,
+    )
 
 
 def _env_kwargs(env_kwargs: Mapping[str, Any] | None, split: str) -> dict[str, Any]:
@@ -160,7 +162,7 @@ def select_tasks(
     Raises:
         ValueError: for an unknown or repeated task id (close ids are suggested) or a bad limit.
     """
-    by_id = {task.task_id: task for task in tasks}
+    by_id = {getattr(task, "task_id", task): task for task in tasks}
     if task_ids is None:
         chosen = list(tasks)
     else:
@@ -250,12 +252,25 @@ def _plan(
         )
     ks = default_ks(n) if ks is None else check_ks(ks, n)
     info = env_info(env_id, env_kwargs, split)
-    tasks = select_tasks(info.tasks, task_ids, limit)
+    ids = _task_ids(info, split, task_ids, limit)
     grid = _check_budgets(budgets, info)
     share = (not info.reveal_budget) if share_prefix is None else bool(share_prefix)
     if share and info.reveal_budget:
         raise ValueError("share_prefix=True needs a hidden budget; the env has reveal_budget=True")
-    return _Plan(info, [task.task_id for task in tasks], grid, ks, share)
+    return _Plan(info, ids, grid, ks, share)
+
+
+def _task_ids(
+    info: EnvInfo, split: str, task_ids: Sequence[str] | None, limit: int | None
+) -> list[str]:
+    """The run's task ids: from the env's task list, or seeds for an env without one."""
+    if info.contract is None or info.contract.task_ids is not None:
+        return [getattr(t, "task_id", t) for t in select_tasks(info.tasks, task_ids, limit)]
+    if task_ids is None:
+        return seed_task_ids(split, SEED_TASKS if limit is None else limit)
+    for task_id in task_ids:
+        task_seed(task_id)  # names the expected form on a bad id
+    return select_tasks(list(task_ids), task_ids, limit)
 
 
 def evaluate(
@@ -317,9 +332,10 @@ def evaluate(
     """
     params = params or SamplingParams()
     if isinstance(policy, str):
-        from passkt.agents.specs import parse_spec
+        from passkt.agents.specs import parse_spec, resolve_factory
 
-        parse_spec(policy)  # a bad spec fails before anything is written
+        if parse_spec(policy)[0] == "py":  # a bad spec fails before anything is written
+            resolve_factory(policy)
     plan = _plan(env_id, env_kwargs, split, task_ids, limit, n, budgets, ks, share_prefix)
     if resume and out_dir is None:
         raise ValueError("resume=True needs out_dir (the run directory to continue)")
@@ -350,9 +366,17 @@ def evaluate(
             if on_open is not None:
                 on_open(store.directory, len(store.finished_chunks), int(manifest["num_chunks"]))
         if isinstance(policy, str):
-            from passkt.agents.specs import load_policy
+            from passkt.agents.specs import PolicyContext, load_policy
+            from passkt.envs.contract import NEUTRAL
 
-            policy = load_policy(policy, tasks=plan.info.tasks, **options)
+            context = PolicyContext(
+                env_id=env_id,
+                env_kwargs=dict(env_kwargs or {}),
+                task_ids=tuple(plan.task_ids),
+                tasks=plan.info.tasks,
+                protocol=plan.info.contract.protocol if plan.info.contract else NEUTRAL,
+            )
+            policy = load_policy(policy, tasks=plan.info.tasks, context=context, **options)
         bounds = chunk_bounds(len(plan.task_ids), chunk_tasks)
         skipped = frozenset() if store is None else store.finished_chunks
         rollout_kwargs = dict(
@@ -361,6 +385,7 @@ def evaluate(
             env_kwargs=_env_kwargs(env_kwargs, split),
             params=params,
             share_prefix=plan.share_prefix,
+            contract=plan.info.contract,
         )
         records, parts = _run_chunks(
             policy, env_id, plan.task_ids, bounds, skipped, seed, store, rollout_kwargs, progress

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from passkt.agents.specs import parse_env_kwargs
 from passkt.agents.train.config import GRPOConfig, SFTConfig, TrainConfig, field_docs, plain
 
-_RENAMED = {"env_id": "--env", "output_dir": "--out"}
+_RENAMED = {"env_id": "--env", "output_dir": "--out", "imports": "--import"}
 """Fields whose flag is named like ``passkt eval``'s rather than after the field."""
 
 EXAMPLES = """\
@@ -86,6 +86,8 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type[TrainConfig]) ->
             kwargs["choices"] = args
         elif f.name == "env_kwargs":
             kwargs.update(type=parse_kwargs, metavar="K=V,...")
+        elif f.name == "imports":
+            kwargs.update(action="append", metavar="MODULE")
         else:
             kwargs.update(type=_converter(kind, f.name), metavar=f.name.upper())
         names = (

@@ -50,16 +50,32 @@ def load_task_list(
     *,
     task_ids: Sequence[str] | None = None,
     limit: int | None = None,
-) -> list[Task]:
-    """The tasks of ``config.env_id`` on ``split``, restricted to ``task_ids`` then ``limit``."""
-    import gymnasium as gym
+) -> list[Any]:
+    """The tasks of ``config.env_id`` on ``split``, restricted to ``task_ids`` then ``limit``.
 
-    import passkt.envs  # noqa: F401  (registers the envs)
+    Records with a ``task_id``: the env's own (``Task`` for passkt envs), or ``TaskRef`` for an
+    env without a task list (seed tasks, see ``passkt.envs.contract``). Imports
+    ``config.imports`` first, so a user's env is registered in every process.
+    """
+    from passkt.envs.contract import (
+        TaskRef,
+        import_modules,
+        inspect_env,
+        task_records,
+        task_seed,
+    )
 
-    env = gym.make(config.env_id, max_tool_calls=config.t_train, **env_kwargs_for(config, split))
-    tasks = list(env.unwrapped.tasks)
-    env.close()
-    if task_ids is not None:
+    import_modules(config.imports)
+    kwargs = dict(config.env_kwargs)
+    kwargs.pop("split", None)
+    contract = inspect_env(config.env_id, kwargs, split)
+    if contract.task_ids is None and task_ids is not None:
+        for task_id in task_ids:
+            task_seed(task_id)  # names the expected form of a seed task id
+        tasks: list[Any] = [TaskRef(task_id) for task_id in task_ids]
+    else:
+        tasks = task_records(contract, split, limit)
+    if task_ids is not None and contract.task_ids is not None:
         by_id = {task.task_id: task for task in tasks}
         missing = [task_id for task_id in task_ids if task_id not in by_id]
         if missing:

@@ -36,7 +36,10 @@ class TrainConfig:
     """The model to start from: ``hf:PATH_OR_ID`` (as in ``passkt eval``) or a plain folder;
     ``lean:PATH`` trains the same model with rollouts from the testbed's lean decoding loop."""
     env_id: str = "BridgeQA-v0"
-    """A registered env id (``Math-v0``, ``ComparisonQA-v0``, ``BridgeQA-v0``, or your own)."""
+    """A registered env id (``Math-v0``, ``ComparisonQA-v0``, ``BridgeQA-v0``, or your own, also
+    as ``module:Env-v0``)."""
+    imports: tuple[str, ...] = ()
+    """Modules to import first (``--import MODULE``, repeatable): those that register your env."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra ``gym.make`` arguments (``source``, ``path``, ``hops``...), not ``max_tool_calls``."""
     split: Literal["train", "test"] = "train"
@@ -112,6 +115,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.env_kwargs = dict(self.env_kwargs or {})
+        self.imports = tuple(self.imports or ())
         if self.task_ids is not None:
             self.task_ids = tuple(self.task_ids)
         self.lora_target_modules = tuple(self.lora_target_modules)
@@ -271,7 +275,7 @@ def policy_path(spec: str) -> str:
     kind, sep, target = spec.partition(":")
     if not spec:
         raise ValueError("policy is empty: set policy='hf:PATH_OR_ID' (the model to train).")
-    if sep and kind in ("vllm", "openai", "scripted"):
+    if sep and kind in ("vllm", "openai", "scripted", "py"):
         raise ValueError(
             f"policy {spec!r} cannot be trained: the trainers need a transformers model, "
             "e.g. hf:Qwen/Qwen2.5-7B-Instruct or hf:/path/to/checkpoint."

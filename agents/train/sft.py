@@ -52,6 +52,18 @@ class ExpertExample:
     messages: tuple[Message, ...] = ()
 
 
+def expert_tasks(config: SFTConfig) -> list[Task]:
+    """The config's training tasks, checked to be ones the oracle can follow."""
+    tasks = load_task_list(config, config.split, task_ids=config.task_ids, limit=config.limit)
+    if not all(isinstance(task, Task) for task in tasks):
+        raise ValueError(
+            f"SFT's expert is passkt's oracle, which follows passkt Task records (gold queries and "
+            f"answers); {config.env_id} has no such tasks. Pass expert episodes with data_path= "
+            "(--data-path, a JSONL written by save_expert_dataset) instead."
+        )
+    return tasks
+
+
 def build_expert_dataset(
     config: SFTConfig,
     tokenizer: Any,
@@ -72,7 +84,7 @@ def build_expert_dataset(
     from passkt.agents.scripted import OraclePolicy
 
     if tasks is None:
-        tasks = load_task_list(config, config.split, task_ids=config.task_ids, limit=config.limit)
+        tasks = expert_tasks(config)
     result = rollout(
         OraclePolicy(tasks),
         config.env_id,
@@ -156,8 +168,10 @@ def train_sft(config: SFTConfig, *, resume: bool = False) -> TrainResult:
     Returns:
         Where the run wrote its checkpoints and metrics, and the last step's metrics.
     """
+    # The tasks are checked before the run folder is made or the model is loaded.
+    tasks = expert_tasks(config) if config.data_path is None else None
     run = TrainingRun.start(config, resume=resume)
-    examples = expert_examples(config, run.tokenizer)
+    examples = expert_examples(config, run.tokenizer, tasks=tasks)
     by_id = {f"{i}:{e.task_id}": e for i, e in enumerate(examples)}
     run.plan(list(by_id), config.batch_size)
     if run.is_main and config.data_path is None:
@@ -179,13 +193,15 @@ def train_sft(config: SFTConfig, *, resume: bool = False) -> TrainResult:
     return run.finish()
 
 
-def expert_examples(config: SFTConfig, tokenizer: Any) -> list[ExpertExample]:
-    """The run's training examples: ``config.data_path`` or freshly built expert episodes,
-    keeping only rewarded ones when ``config.only_correct``."""
+def expert_examples(
+    config: SFTConfig, tokenizer: Any, *, tasks: Sequence[Task] | None = None
+) -> list[ExpertExample]:
+    """The run's training examples: ``config.data_path`` or freshly built expert episodes (of
+    ``tasks``, default the config's), keeping only rewarded ones when ``config.only_correct``."""
     if config.data_path is not None:
         examples = load_expert_dataset(config.data_path)
     else:
-        examples = build_expert_dataset(config, tokenizer)
+        examples = build_expert_dataset(config, tokenizer, tasks=tasks)
     kept = [e for e in examples if e.reward > 0 or not config.only_correct]
     if not kept:
         raise ValueError(

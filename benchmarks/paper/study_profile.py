@@ -27,16 +27,19 @@ else:  # pragma: no cover - the project runs on 3.11 here
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 PROFILE_FILE = "profile.json"
+from passkt.envs.contract import import_modules  # noqa: E402  (after the tomllib fallback)
+
 CATEGORY_ENVS = {"A": "Math-v0", "B": "ComparisonQA-v0", "C": "BridgeQA-v0"}
 """The study's categories: pure math, independent retrieval, sequential retrieval."""
 
 PIPELINE_FIELDS = ("policy", "env_id", "env_kwargs", "split", "task_ids", "limit", "output_dir")
-PIPELINE_FIELDS += ("seed",)
+PIPELINE_FIELDS += ("seed", "imports")
 """Trainer config fields the pipeline sets itself (the profile may not)."""
 
 DEFAULTS: dict[str, Any] = {
     "name": "custom",
     "description": "",
+    "imports": [],
     "categories": ["A", "B", "C"],
     "seeds": [0],
     "limit_eval": 100,
@@ -187,6 +190,13 @@ def _positive_int(value: Any, name: str, where: str) -> int:
 def check(profile: Mapping[str, Any], where: str) -> None:
     """Raise a ``StudyError`` naming the first bad key of a resolved profile."""
     _check_tree(profile, DEFAULTS, where)
+    imports = profile["imports"]
+    if not isinstance(imports, list) or not all(isinstance(m, str) for m in imports):
+        raise StudyError(f"{where}: imports must be a list of module names")
+    try:
+        import_modules(imports, flag="imports =")  # modules that register the profile's envs
+    except ValueError as e:
+        raise StudyError(f"{where}: {e}") from e
     _positive_int(profile["limit_eval"], "limit_eval", where)
     _positive_int(profile["limit_train"], "limit_train", where)
     categories = profile["categories"]

@@ -146,6 +146,7 @@ class Unit:
 
 def make_splits(study: Study, cat: str) -> dict[str, Any]:
     """The first ``limit_eval`` test and ``limit_train`` train tasks of the category's env."""
+    from passkt.envs.contract import task_records
     from passkt.eval.evaluate import env_info
 
     env_id, kwargs = study.env(cat)
@@ -157,13 +158,14 @@ def make_splits(study: Study, cat: str) -> dict[str, Any]:
             info = env_info(env_id, kwargs, split)
         except ValueError as e:
             raise StudyError(f"category {cat} ({env_id}, {kwargs}): {e}") from e
-        if len(info.tasks) < limit:
+        tasks = task_records(info.contract, split, limit) if info.contract else list(info.tasks)
+        if len(tasks) < limit:
             raise StudyError(
-                f"category {cat}: the {split} split of {env_id} ({kwargs}) has {len(info.tasks)} "
+                f"category {cat}: the {split} split of {env_id} ({kwargs}) has {len(tasks)} "
                 f"tasks, fewer than limit_{part} = {limit}; lower it (--limit-{part}) or give a "
                 "larger data file"
             )
-        chosen[part], tools = list(info.tasks[:limit]), info.has_tools
+        chosen[part], tools = tasks[:limit], info.has_tools
     _check_disjoint(cat, chosen["eval"], chosen["train"])
     folder = study.splits_dir(cat)
     folder.mkdir(parents=True, exist_ok=True)
@@ -182,9 +184,14 @@ def _check_disjoint(cat: str, eval_tasks: list, train_tasks: list) -> None:
     """Matched data means disjoint problems: no question may be in both parts.
 
     Questions, not ids, are compared: the synthetic source numbers each split from 0, so the same
-    id names different problems in the two splits.
+    id names different problems in the two splits. Tasks without a question (an env's plain ids,
+    or seed tasks) are compared by id.
     """
-    shared = {t.question for t in eval_tasks} & {t.question for t in train_tasks}
+
+    def key(task: Any) -> str:
+        return getattr(task, "question", task.task_id)
+
+    shared = {key(t) for t in eval_tasks} & {key(t) for t in train_tasks}
     if shared:
         raise StudyError(
             f"category {cat}: {len(shared)} question(s) are in both the eval and the train split, "
@@ -278,6 +285,7 @@ def train_config(study: Study, method: str, cat: str, seed: int) -> Any:
             "policy": f"{backend}:{study.base_model()}",
             "env_id": env_id,
             "env_kwargs": kwargs,
+            "imports": tuple(study.profile["imports"]),
             "split": "train",
             "task_ids": tuple(study.task_ids(cat, "train")),
             "output_dir": str(study.train_dir(method, cat, seed)),

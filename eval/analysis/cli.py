@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from passkt.envs.contract import import_modules
 from passkt.eval.cli import _positive_int
 
 __all__ = ["add_parser"]
@@ -42,6 +43,7 @@ def _write(out: Path, stem: str, markdown: str, data: dict[str, Any]) -> list[Pa
 
 
 def _cmd_ppl(args: argparse.Namespace) -> int:
+    import_modules(args.imports or ())
     from passkt.eval.analysis.perplexity import run_perplexity
 
     result = run_perplexity(
@@ -68,6 +70,7 @@ def _cmd_ppl(args: argparse.Namespace) -> int:
 
 
 def _cmd_diversity(args: argparse.Namespace) -> int:
+    import_modules(args.imports or ())
     from passkt.eval.analysis.common import load_runs
     from passkt.eval.analysis.diversity import diversity_markdown, query_overlap, strategy_diversity
 
@@ -109,6 +112,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-boot", type=_positive_int, default=1000, help="bootstrap resamples")
     p.add_argument("--level", type=float, default=0.95, help="confidence level")
     p.add_argument("--partial", action="store_true", help="analyze the finished part of a run")
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first (repeatable), e.g. the one that registers the runs' env",
+    )
 
 
 def add_parser(subparsers: Any) -> None:

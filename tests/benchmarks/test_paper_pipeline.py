@@ -194,6 +194,28 @@ def test_unknown_stage_profile_category_and_key(tmp_path, capsys):
         study.run(["splits", "--out", out])
 
 
+def test_profile_imports_register_a_third_party_env(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(STUDY_DIR.parents[1] / "tests" / "third_party"))
+    out = tmp_path / "s"
+    sets = ['imports=["kv_lookup"]', "env.B.id=KVLookup-v0", "limit_eval=3", "limit_train=4"]
+    argv = ["splits", "--out", str(out), "--profile", "tiny", "--categories", "B"]
+    study.run([*argv, *(x for item in sets for x in ("--set", item))])
+    assert _ids(out / "splits" / "B" / "eval.txt") == ["amber", "birch", "cedar"]
+    assert _ids(out / "splits" / "B" / "train.txt") == ["fjord", "grove", "heath", "inlet"]
+    with pytest.raises(StudyError, match="cannot import module 'no_such_module'"):
+        study.run(
+            [
+                "splits",
+                "--out",
+                str(tmp_path / "t"),
+                "--profile",
+                "tiny",
+                "--set",
+                'imports=["no_such_module"]',
+            ]
+        )
+
+
 def test_a_folder_keeps_its_profile_and_stages_keep_their_order(tmp_path, capsys):
     out = str(tmp_path / "s")
     args = ["--out", out, "--profile", "tiny", "--limit-eval", "2", "--limit-train", "2"]

@@ -1,0 +1,89 @@
+"""Search-R1's protocol, written from reading its code (github.com/PeterGriffinJin/Search-R1).
+
+Search-R1 checkpoints were trained with one user turn (the instruction below with the question at
+its end, no system message of its own: the chat template adds its default one) and one assistant
+stream: each search's results are appended to the stream as ``\\n\\n<information>...</information>
+\\n\\n`` and the model continues. Documents are ``Doc i(Title: T) text`` (no space before the
+parenthesis), one a line; after the T-th search the model has one more turn with search disabled
+(no notice), and the episode ends whatever it writes. A turn's action is the first
+``<search>...</search>`` or ``<answer>...</answer>`` pair in it (no ``<think>`` rule).
+
+Their corpus (wiki-18) stores each document as ``"Title"\\ntext``, and their renderer takes the
+first line as the title, so every title the released checkpoints saw is in double quotes; passkt's
+paragraphs have the title apart, so it adds the quotes (``Doc 1(Title: "T") text``).
+
+One difference is left, by design: passkt stops a turn at its first ``</search>`` or
+``</answer>`` (stop strings), where Search-R1 generates on and keeps the text up to the first
+``</search>``, else ``</answer>``. The two agree unless a turn closes an answer before a search.
+
+``passkt.envs`` uses this module when an env is made with ``protocol="search-r1"``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from passkt.envs.contract import AgentProtocol
+from passkt.envs.protocol import Action
+from passkt.envs.retrieval import Hit
+
+__all__ = [
+    "INVALID_MESSAGE",
+    "PROMPT_TEMPLATE",
+    "PROTOCOL",
+    "parse_action",
+    "question",
+    "render_information",
+]
+
+PROMPT_TEMPLATE = (
+    "Answer the given question. "
+    "You must conduct reasoning inside <think> and </think> first every time you get new "
+    "information. After reasoning, if you find you lack some knowledge, you can call a search "
+    "engine by <search> query </search> and it will return the top searched results between "
+    "<information> and </information>. You can search as many times as your want. If you find no "
+    "further external knowledge needed, you can directly provide the answer inside <answer> and "
+    "</answer>, without detailed illustrations. For example, <answer> Beijing </answer>. "
+    "Question: {observation}\n"
+)
+"""The user turn (``{observation}`` is the question); "as your want" is theirs."""
+
+INVALID_MESSAGE = (
+    "\nMy previous action is invalid. If I want to search, I should put the query between "
+    "<search> and </search>. If I want to give the final answer, I should put the answer between "
+    "<answer> and </answer>. Let me try again.\n"
+)
+"""Appended to the stream after a turn without a search or an answer."""
+
+STOP: tuple[str, ...] = ("</search>", "</answer>")
+"""Search-R1 cuts each turn after its first ``</search>`` (else ``</answer>``)."""
+
+PROTOCOL = AgentProtocol(
+    name="search-r1", stop=STOP, layout="stream", prompt_template=PROMPT_TEMPLATE
+)
+"""One user turn from the template, then one assistant stream (the env's observations already
+carry Search-R1's newlines, so they are appended as they are)."""
+
+_ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+
+
+def question(text: str) -> str:
+    """The question as Search-R1's data preparation writes it: stripped, ending in ``?``."""
+    text = text.strip()
+    return text if text.endswith("?") else text + "?"
+
+
+def parse_action(text: str) -> Action:
+    """The first ``<search>q</search>`` or ``<answer>a</answer>`` in the turn (stripped)."""
+    match = _ACTION.search(text) if isinstance(text, str) else None
+    if match is None:
+        return Action(kind="invalid", error="no <search> or <answer> pair")
+    return Action(kind=match.group(1), content=match.group(2).strip())  # type: ignore[arg-type]
+
+
+def render_information(hits: Sequence[Hit]) -> str:
+    """The text a search appends to the stream: ``\\n\\n<information>Doc 1(Title: "T") text\\n
+    Doc 2(Title: "T") text</information>\\n\\n`` (the document list is stripped, as theirs is)."""
+    docs = "".join(f'Doc {i}(Title: "{hit.title}") {hit.text}\n' for i, hit in enumerate(hits, 1))
+    return f"\n\n<information>{docs.strip()}</information>\n\n"
