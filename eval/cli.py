@@ -259,6 +259,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         n_boot=args.n_boot,
         level=args.level,
         partial=args.partial,
+        method=args.method,
     )
     print(report.markdown)
     print(f"passkt: report written to {report.out_dir}/")
@@ -279,6 +280,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         budget=args.budget,
         n_boot=args.n_boot,
         level=args.level,
+        method=args.method,
+        headline=args.headline,
     )
     print(report.markdown)
     print(f"passkt: comparison written to {report.out_dir}/")
@@ -349,7 +352,16 @@ def _add_eval(subparsers: Any) -> None:
 
 def _add_stats_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ks", metavar="K,...", help="k grid (default powers of two up to n)")
-    p.add_argument("--n-boot", type=_positive_int, default=1000, help="bootstrap resamples")
+    p.add_argument(
+        "--method",
+        choices=("score", "bootstrap"),
+        default="score",
+        help="intervals: score (problems and samples; default) or the older percentile "
+        "bootstrap over problems",
+    )
+    p.add_argument(
+        "--n-boot", type=_positive_int, default=1000, help="resamples of --method bootstrap"
+    )
     p.add_argument("--level", type=float, default=0.95, help="confidence level")
 
 
@@ -357,7 +369,7 @@ def _add_report(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "report",
         help="tables and plots of one run",
-        description="PASS@(k,T) table (Markdown, CSV, JSON) with bootstrap CIs over problems, "
+        description="PASS@(k,T) table (Markdown, CSV, JSON) with CIs over problems and samples, "
         "boundary sets, heatmap and pass curves (PNG, SVG).",
         epilog=REPORT_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -373,7 +385,8 @@ def _add_compare(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "compare",
         help="paired comparison of two or more runs",
-        description="Gap pass@k(run) - pass@k(RUN_A) per (k, T) with paired bootstrap CIs, the "
+        description="Gap pass@k(run) - pass@k(RUN_A) per (k, T) with paired CIs over problems and "
+        "samples, cells significant after Holm's correction, one pre-declared headline test, the "
         "crossover k, whether the gap widens with k, boundary sets and Venn counts.",
         epilog=COMPARE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -382,6 +395,12 @@ def _add_compare(subparsers: Any) -> None:
     p.add_argument("--names", metavar="A,B,...", help="run names (default: from the manifests)")
     p.add_argument("--budget", type=int, help="T of the boundary sets (default: largest shared)")
     p.add_argument("--out", metavar="DIR", help="default runs/compare-<time>")
+    p.add_argument(
+        "--headline",
+        metavar="widening@T|gap@K,T",
+        help="the one test declared in advance, read without correction (default: the "
+        "widening gap(k_max) - gap(k_min) at the largest T)",
+    )
     _add_stats_options(p)
     p.set_defaults(func=_cmd_compare)
 

@@ -13,7 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Report", "write_comparison", "write_report"]
+__all__ = ["METHOD_NOTE", "Report", "write_comparison", "write_report"]
+
+METHOD_NOTE = (
+    "How the intervals are made: the estimate varies with the problems drawn and with the n "
+    "samples drawn per problem. Its variance is taken as the larger of the spread of the "
+    "per-problem estimates over problems (which holds both parts) and the mean within-problem "
+    "sampling variance (a floor that matters when few problems are ever solved). pass@k cells "
+    "get a Wilson score interval at that variance's effective sample size (right near 0 and "
+    "1); gaps, widenings and boundary differences a normal interval and z-test. Assumed: "
+    "problems are independent draws, samples are independent given the problem, and compared "
+    "runs are independent evaluations of the same problems. Calibration by simulation: "
+    "benchmarks/README.md (coverage and A/A false-positive rates).\n"
+)
+"""The method paragraph every report ends with (README: 'Statistics')."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,7 @@ def write_report(
     level: float = 0.95,
     seed: int = 0,
     partial: bool = False,
+    method: str = "score",
 ) -> Report:
     """Surface tables (Markdown, CSV, JSON) with bootstrap CIs and plots of one run.
 
@@ -58,14 +72,13 @@ def write_report(
     """
     from passkt.eval.estimator import surface
     from passkt.eval.plots import plot_pass_curves, plot_surface_heatmap
-    from passkt.eval.stats import bootstrap_surface
     from passkt.eval.store import load_run
     from passkt.eval.tables import surface_markdown, write_surface_tables
 
     manifest, table = load_run(run_dir, partial=partial)
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "report"
     surf = surface(table, ks)
-    ci = bootstrap_surface(surf, n_boot=n_boot, level=level, seed=seed)
+    ci = _surface_ci(surf, table, method, n_boot, level, seed)
     files = list(write_surface_tables(surf, ci, out, "surface").values())
     boundary = _boundary_markdown(table)
     (out / "boundary.md").write_text(boundary, encoding="utf-8")
@@ -76,12 +89,22 @@ def write_report(
     markdown = (
         f"{surface_markdown(surf, ci)}\n{boundary}\n"
         f"env {manifest['env_id']} ({kwargs}, split {manifest['split']}), "
-        f"policy {manifest['policy']}, seed {manifest['seed']}\n"
+        f"policy {manifest['policy']}, seed {manifest['seed']}\n\n{METHOD_NOTE}"
     )
     summary = markdown + "\n![PASS@(k,T) heatmap](heatmap.png)\n\n![pass curves](pass_curves.png)\n"
     (out / "report.md").write_text(summary, encoding="utf-8")
     files.append(out / "report.md")
     return Report(markdown, out, tuple(files))
+
+
+def _surface_ci(surf: Any, table: Any, method: str, n_boot: int, level: float, seed: int) -> Any:
+    from passkt.eval.stats import bootstrap_surface, surface_interval
+
+    if method == "bootstrap":
+        return bootstrap_surface(surf, n_boot=n_boot, level=level, seed=seed)
+    if method != "score":
+        raise ValueError(f"method must be 'score' or 'bootstrap', got {method!r}")
+    return surface_interval(surf, table.select_budgets(surf.budgets).counts(), level)
 
 
 def _run_names(run_dirs: Sequence[Path], manifests: Sequence[dict], names: Sequence[str] | None):
@@ -108,6 +131,8 @@ def write_comparison(
     n_boot: int = 1000,
     level: float = 0.95,
     seed: int = 0,
+    method: str = "score",
+    headline: str | None = None,
 ) -> Report:
     """Paired comparison of runs 2.. against run 1: gap tables and plots, boundary sets, Venn.
 
@@ -118,9 +143,10 @@ def write_comparison(
     from passkt.eval.analysis.boundary_report import boundary_summary
     from passkt.eval.estimator import default_ks, surface
     from passkt.eval.plots import plot_boundary_venn, plot_gap, plot_pass_curves
-    from passkt.eval.stats import bootstrap_surface, boundary_comparison, compare, venn
+    from passkt.eval.stats import boundary_comparison, boundary_difference, compare, venn
     from passkt.eval.store import load_run
     from passkt.eval.tables import (
+        boundary_difference_markdown,
         boundary_markdown,
         comparison_csv,
         comparison_json,
@@ -154,9 +180,11 @@ def write_comparison(
     a = tables[0]
     for b in tables[1:]:
         stem = f"{_slug(b.name)}_vs_{_slug(a.name)}"
-        cmp = compare(a, b, ks=ks, budgets=shared_t, n_boot=n_boot, seed=seed, level=level)
+        cmp = compare(a, b, ks, shared_t, n_boot, seed, level, method, headline)  # type: ignore[arg-type]
         bc = boundary_comparison(a, b, t_bound)
-        parts += [comparison_markdown(cmp), boundary_markdown(bc)]
+        bd = boundary_difference(a, b, t_bound, level)
+        boundary = boundary_difference_markdown(bd) + "\n" + boundary_markdown(bc)
+        parts += [comparison_markdown(cmp), boundary]
         write(f"gap_{stem}.md", parts[-2])
         write(f"gap_{stem}.csv", comparison_csv(cmp))
         write(f"gap_{stem}.json", comparison_json(cmp))
@@ -165,7 +193,7 @@ def write_comparison(
     curves = {}
     for t in tables:
         surf = surface(t.select_budgets(shared_t), ks)
-        curves[t.name] = (surf, bootstrap_surface(surf, n_boot=n_boot, level=level, seed=seed))
+        curves[t.name] = (surf, _surface_ci(surf, t, method, n_boot, level, seed))
     files += plot_pass_curves(curves, out / "pass_curves")
     if len(tables) <= 3:
         v = venn(tables, t_bound)
@@ -177,6 +205,7 @@ def write_comparison(
     parts.append(summary.to_markdown(only_one_lists=len(tables) > 3))
     write("boundary_summary.md", parts[-1])
     write("boundary_summary.json", json.dumps(summary.to_dict(), indent=2) + "\n")
+    parts.append(METHOD_NOTE)
     markdown = "\n".join(parts)
     write("report.md", markdown)
     return Report(markdown, out, tuple(files))
