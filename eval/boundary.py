@@ -161,8 +161,8 @@ class BoundaryDifference(Record):
 def _solved(table: OutcomeTable, budget: int) -> tuple[np.ndarray, np.ndarray]:
     """Per problem: solved at least once (0/1), and the within-problem variance of that."""
     counts = table.counts()[:, table.budget_index(budget)]
-    solved_by_count = (np.arange(table.n + 1) > 0).astype(np.float64)
-    within = within_variance_table(table.n, solved_by_count)
+    solved_by_count = (np.arange(table.n + 1) > 0).astype(np.float64)  # pass@n
+    within = within_variance_table(table.n, [(1.0, table.n)])
     return solved_by_count[counts], within[counts]
 
 

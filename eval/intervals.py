@@ -23,13 +23,15 @@ How we estimate it, and why:
   ``n_eff = m (1 - m) / V`` (a design-effect Wilson interval, as used for clustered surveys).
   A cell where every problem has the same value carries no spread at all; it gets
   ``n_eff = P * n / k`` (the disjoint groups of k samples), so an all-zero cell still has a
-  non-zero upper limit. Gaps and widenings (differences, centred near 0) use the normal
-  interval with the same variance, and two-sided z-test p-values that agree with it.
+  non-zero upper limit. Gaps and widenings (differences, centred near 0) use the Student-t
+  interval (P - 1 degrees of freedom) with the same variance, and two-sided t-test p-values
+  that agree with it; the Wilson interval also uses the t quantile.
 
 Assumptions: problems are independent draws from the benchmark's population and the n samples of
 a problem are independent given the problem (the evaluator seeds each one on its own); the two runs
-of a comparison are independent evaluations on the same problems. Normal quantiles stand in for
-Student's t, so with fewer than about 30 problems the intervals are a little short.
+of a comparison are independent evaluations on the same problems. Where no unbiased
+within-problem variance exists (pass@k with 2k > n, e.g. the boundary k = n) the floor uses a
+plug-in value that is biased upwards, so those intervals are conservative.
 ``benchmarks/calibration.py`` measures coverage and A/A false-positive rates by simulation.
 
 Multiple comparisons. A surface comparison tests one gap per (k, T) cell; reading all of them at
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
@@ -48,11 +51,17 @@ import numpy as np
 from passkt.eval.estimator import pass_at_k_array
 
 __all__ = [
+    "GapIntervals",
     "binomial_pmf_matrix",
     "holm",
     "normal_interval",
+    "paired_gap_intervals",
+    "pass_at_k_interval",
     "pass_at_k_table",
+    "pass_at_k_within",
     "score_interval",
+    "t_quantile",
+    "t_to_z",
     "within_variance_table",
     "z_quantile",
 ]
@@ -67,6 +76,34 @@ def z_quantile(level: float) -> float:
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), e.g. 0.95; got {level!r}")
     return NormalDist().inv_cdf(0.5 + level / 2)
+
+
+def t_to_z(t: np.ndarray, df: int) -> np.ndarray:
+    """The normal deviate with the same tail probability as Student's ``|t|`` on ``df`` degrees
+    of freedom (Peizer and Pratt's approximation, 3-digit accurate for df >= 3; scipy-free).
+
+    Intervals use :func:`t_quantile`, its inverse, so an interval excludes 0 exactly when the
+    matching p-value is below ``1 - level``.
+    """
+    t = np.abs(np.asarray(t, dtype=np.float64))
+    if df < 1:
+        return t
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = (df - 2 / 3 + 1 / (10 * df)) * np.sqrt(np.log1p(t * t / df) / (df - 5 / 6))
+    return np.where(np.isfinite(t), z, np.inf)
+
+
+def t_quantile(level: float, df: int) -> float:
+    """Student's two-sided ``level`` quantile on ``df`` degrees of freedom (1.984 for 0.95, 99),
+    by bisection on :func:`t_to_z`; the normal quantile when ``df < 1``."""
+    z = z_quantile(level)
+    if df < 1:
+        return z
+    lo, hi = z, z * 100
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if float(t_to_z(mid, df)) < z else (lo, mid)
+    return (lo + hi) / 2
 
 
 def binomial_pmf_matrix(n: int) -> np.ndarray:
@@ -92,31 +129,42 @@ def pass_at_k_table(n: int, ks: Sequence[int]) -> np.ndarray:
     return np.stack([pass_at_k_array(n, counts, k) for k in ks])
 
 
-def within_variance_table(n: int, values: np.ndarray) -> np.ndarray:
-    """Within-problem variance of a per-problem statistic, for every observed count.
+def _survival(n: int, j: int) -> np.ndarray:
+    """``C(n - c, j) / C(n, j)`` for c = 0..n: unbiased for ``(1 - p) ** j`` (needs j <= n)."""
+    return 1.0 - pass_at_k_array(n, np.arange(n + 1), j) if j else np.ones(n + 1)
 
-    Args:
-        n: Samples per problem.
-        values: ``values[..., j]`` is the statistic of a problem with ``j`` correct of ``n``
-            (e.g. a row of :func:`pass_at_k_table`, or a difference of two rows).
+
+def within_variance_table(n: int, terms: Sequence[tuple[float, int]]) -> np.ndarray:
+    """Within-problem variance of ``sum(a * pass@k for a, k in terms)``, for every count c.
+
+    With ``q_k = (1 - p) ** k`` the statistic is a constant minus ``g = sum(a * Q_k)``, where
+    ``Q_k = C(n - c, k) / C(n, k)`` is unbiased for ``q_k``. When every ``k_i + k_j <= n``,
+    ``g**2 - sum(a_i a_j Q_{k_i + k_j})`` is an unbiased estimate of ``Var(g)`` (the U-statistic's
+    own variance), and that is what we use. Otherwise (pass@k with 2k > n, e.g. the boundary
+    k = n) no unbiased estimate exists; we use the plug-in value, the exact variance when the
+    n outcomes are Binomial(n, c / n), times ``n / (n - 1)``. The plug-in value is biased
+    upwards for large k (Jensen's inequality), so those floors are conservative.
 
     Returns:
-        Same shape: ``out[..., c]`` = the statistic's variance when a problem's n outcomes are
-        Binomial(n, c / n), times ``n / (n - 1)`` (0 for n = 1, where nothing can be said).
+        Array ``(n + 1,)``: ``out[c]`` for a problem with c correct of n (0 for n = 1). Single
+        entries of the unbiased form can be negative; only their mean over problems is used.
     """
     if n < 2:
-        return np.zeros_like(values, dtype=np.float64)
+        return np.zeros(n + 1)
+    g = sum(a * _survival(n, k) for a, k in terms)
+    if all(k1 + k2 <= n for _, k1 in terms for _, k2 in terms):
+        cross = sum(a1 * a2 * _survival(n, k1 + k2) for a1, k1 in terms for a2, k2 in terms)
+        return g**2 - cross
     pmf = binomial_pmf_matrix(n)  # (c, j)
-    mean = values @ pmf.T  # (..., c)
-    second = (values**2) @ pmf.T
-    return np.maximum(second - mean**2, 0.0) * (n / (n - 1))
+    mean = pmf @ g
+    return np.maximum(pmf @ g**2 - mean**2, 0.0) * (n / (n - 1))
 
 
 def _variance(values: np.ndarray, within: np.ndarray) -> np.ndarray:
     """``max(S^2 / P, mean within / P)`` over axis 0: the variance of the mean over problems."""
     num = values.shape[0]
     observed = values.var(axis=0, ddof=1) / num if num > 1 else np.zeros(values.shape[1:])
-    return np.maximum(observed, within.mean(axis=0) / num)
+    return np.maximum(observed, np.maximum(within.mean(axis=0), 0.0) / num)
 
 
 def score_interval(
@@ -128,19 +176,19 @@ def score_interval(
         values: Per-problem estimates, shape ``(P, ...)``.
         within: Their within-problem variances, same shape.
         level: Confidence level.
-        n_eff_max: Largest effective sample size (``P * n / k`` for pass@k), broadcast over
-            ``values.shape[1:]``; also the size used where the variance is 0.
+        n_eff_max: Effective sample size where the variance is 0 (every problem alike, no
+            sampling noise seen): ``P * n / k`` for pass@k, broadcast over ``values.shape[1:]``.
 
     Returns:
         ``(estimate, lower, upper, standard_error)``, each of shape ``values.shape[1:]``.
     """
-    z = z_quantile(level)
+    z = t_quantile(level, values.shape[0] - 1)
     mean = values.mean(axis=0)
     var = _variance(values, within)
     cap = np.broadcast_to(np.asarray(n_eff_max, dtype=np.float64), mean.shape)
     with np.errstate(divide="ignore", invalid="ignore"):
         n_eff = np.where(var > 0, mean * (1 - mean) / var, cap)
-    n_eff = np.clip(n_eff, 1.0, cap)
+    n_eff = np.maximum(n_eff, 1.0)
     denom = 1 + z * z / n_eff
     centre = (mean + z * z / (2 * n_eff)) / denom
     half = z * np.sqrt(mean * (1 - mean) / n_eff + z * z / (4 * n_eff**2)) / denom
@@ -152,7 +200,7 @@ def score_interval(
 def normal_interval(
     values: np.ndarray, within: np.ndarray, level: float, bound: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Normal interval and two-sided z-test p-value (against 0) of a mean of differences.
+    """Student-t interval and two-sided t-test p-value (against 0) of a mean of differences.
 
     Args:
         values: Per-problem differences, shape ``(P, ...)``.
@@ -164,7 +212,7 @@ def normal_interval(
         ``(estimate, lower, upper, p_value)``, each of shape ``values.shape[1:]``. A cell with no
         variance at all has p = 1 when its estimate is 0 and p = 0 otherwise.
     """
-    z = z_quantile(level)
+    z = t_quantile(level, values.shape[0] - 1)
     mean = values.mean(axis=0)
     se = np.sqrt(_variance(values, within))
     lower = np.clip(mean - z * se, -bound, bound)
@@ -172,7 +220,7 @@ def normal_interval(
     with np.errstate(divide="ignore", invalid="ignore"):
         stat = np.abs(mean) / se
     stat = np.where(se > 0, stat, np.where(np.abs(mean) > 1e-12, np.inf, 0.0))
-    p_value = _ERFC(np.asarray(stat, dtype=np.float64) / math.sqrt(2)).astype(np.float64)
+    p_value = _ERFC(t_to_z(stat, values.shape[0] - 1) / math.sqrt(2)).astype(np.float64)
     return mean, lower, upper, p_value
 
 
@@ -191,3 +239,81 @@ def holm(p_values: np.ndarray) -> np.ndarray:
     out = np.empty(m)
     out[order] = adjusted
     return out.reshape(np.shape(p_values))
+
+
+def pass_at_k_within(n: int, counts: np.ndarray, ks: Sequence[int]) -> np.ndarray:
+    """Within-problem variance of every pass@k: ``(P, K, ...)`` from counts ``(P, ...)``."""
+    table = np.stack([within_variance_table(n, [(1.0, k)]) for k in ks])  # (K, n + 1)
+    return np.moveaxis(table[:, np.asarray(counts)], 0, 1)
+
+
+def pass_at_k_interval(
+    counts: np.ndarray, n: int, ks: Sequence[int], level: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean pass@k over problems with its score interval, from correct counts.
+
+    Args:
+        counts: Correct counts ``(P, ...)`` (e.g. ``(P, T)``; any trailing axes are independent
+            cells, which is how the calibration simulates many runs at once).
+        n: Samples per problem.
+        ks: The k grid.
+        level: Confidence level.
+
+    Returns:
+        ``(estimate, lower, upper)``, each ``(K, ...)``.
+    """
+    counts = np.asarray(counts)
+    values = np.moveaxis(pass_at_k_table(n, ks)[:, counts], 0, 1)  # (P, K, ...)
+    cap = counts.shape[0] * n / np.asarray(ks, dtype=np.float64)
+    cap = cap.reshape((len(ks),) + (1,) * (counts.ndim - 1))
+    mean, lower, upper, _ = score_interval(values, pass_at_k_within(n, counts, ks), level, cap)
+    return mean, lower, upper
+
+
+@dataclass(frozen=True)
+class GapIntervals:
+    """Paired gap ``b - a`` per (k, ...) cell and the widening ``gap(k_max) - gap(k_min)``.
+
+    Every array's trailing axes are those of the counts (e.g. T); gap arrays lead with k.
+    """
+
+    gap: np.ndarray
+    gap_lower: np.ndarray
+    gap_upper: np.ndarray
+    gap_p: np.ndarray
+    widening: np.ndarray
+    widening_lower: np.ndarray
+    widening_upper: np.ndarray
+    widening_p: np.ndarray
+
+
+def paired_gap_intervals(
+    counts_a: np.ndarray,
+    n_a: int,
+    counts_b: np.ndarray,
+    n_b: int,
+    ks: Sequence[int],
+    level: float,
+) -> GapIntervals:
+    """Gap and widening intervals of two independent evaluations of the same problems.
+
+    Args:
+        counts_a: Correct counts of run a, ``(P, ...)``; row i is the same problem in both runs.
+        n_a: Samples per problem of run a.
+        counts_b: Correct counts of run b, same shape.
+        n_b: Samples per problem of run b.
+        ks: The k grid (every k at most ``min(n_a, n_b)``).
+        level: Confidence level.
+    """
+    values, within, wide_within = [], [], []
+    for counts, n in ((counts_a, n_a), (counts_b, n_b)):
+        counts = np.asarray(counts)
+        table = pass_at_k_table(n, ks)  # (K, n + 1)
+        values.append(np.moveaxis(table[:, counts], 0, 1))  # (P, K, ...)
+        within.append(pass_at_k_within(n, counts, ks))
+        wide_terms = [(1.0, ks[-1]), (-1.0, ks[0])]
+        wide_within.append(within_variance_table(n, wide_terms)[counts])
+    diff = values[1] - values[0]
+    gap = normal_interval(diff, within[0] + within[1], level, 1.0)
+    wide = normal_interval(diff[:, -1] - diff[:, 0], wide_within[0] + wide_within[1], level, 2.0)
+    return GapIntervals(*gap, *wide)

@@ -54,13 +54,7 @@ from passkt.eval.crossover import (
     with_significance,
 )
 from passkt.eval.estimator import Surface, check_ks, default_ks, pass_at_k_array, surface
-from passkt.eval.intervals import (
-    holm,
-    normal_interval,
-    pass_at_k_table,
-    score_interval,
-    within_variance_table,
-)
+from passkt.eval.intervals import holm, paired_gap_intervals, pass_at_k_interval
 from passkt.eval.outcomes import OutcomeTable, Record, freeze_arrays
 
 __all__ = [
@@ -195,12 +189,6 @@ def bootstrap_surface(
     return SurfaceCI(*args, num_tasks=surf.num_tasks)
 
 
-def _within_pass_at_k(n: int, counts: np.ndarray, ks: Sequence[int]) -> np.ndarray:
-    """Within-problem variance of each problem's pass@k, ``(P, K, T)`` from counts ``(P, T)``."""
-    table = within_variance_table(n, pass_at_k_table(n, ks))  # (K, n + 1)
-    return np.moveaxis(table[:, counts], 0, 1)
-
-
 def surface_interval(surf: Surface, counts: np.ndarray, level: float = DEFAULT_LEVEL) -> SurfaceCI:
     """CIs with both variance sources for every (k, T) of a surface (``method="score"``).
 
@@ -217,9 +205,7 @@ def surface_interval(surf: Surface, counts: np.ndarray, level: float = DEFAULT_L
             f"counts must have shape {(surf.num_tasks, len(surf.budgets))} (tasks, budgets), "
             f"got {counts.shape}; pass table.counts() of the surface's table"
         )
-    within = _within_pass_at_k(surf.n, counts, surf.ks)
-    cap = (surf.num_tasks * surf.n / np.asarray(surf.ks, dtype=np.float64))[:, None]
-    _, lower, upper, _ = score_interval(surf.per_problem, within, level, cap)
+    _, lower, upper = pass_at_k_interval(counts, surf.n, surf.ks, level)
     args = (surf.name, surf.ks, surf.budgets, surf.values, lower, upper, level, 0, None)
     return SurfaceCI(*args, num_tasks=surf.num_tasks, method="score")
 
@@ -318,23 +304,6 @@ def _compare_grid(
     return ks, budgets
 
 
-def _paired_within(
-    a: OutcomeTable, b: OutcomeTable, ks: Sequence[int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Within-problem variances of the paired gap ``(P, K, T)`` and the widening ``(P, T)``.
-
-    The two runs are independent evaluations, so their sampling variances add.
-    """
-    gap = np.zeros((a.num_tasks, len(ks), len(a.budgets)))
-    wide = np.zeros((a.num_tasks, len(a.budgets)))
-    for table in (a, b):
-        counts = table.counts()  # (P, T)
-        values = pass_at_k_table(table.n, ks)  # (K, n + 1)
-        gap += _within_pass_at_k(table.n, counts, ks)
-        wide += within_variance_table(table.n, values[-1] - values[0])[counts]
-    return gap, wide
-
-
 def _bootstrap_p(replicates: np.ndarray) -> np.ndarray:
     """Two-sided bootstrap p-value against 0: twice the smaller share of replicates past 0."""
     below = (replicates <= 0).mean(axis=0)
@@ -385,12 +354,13 @@ def compare(
     sub_b = b.select(shared).select_budgets(budgets)
     surf_a, surf_b = surface(sub_a, ks), surface(sub_b, ks)
     diff = surf_b.per_problem - surf_a.per_problem  # (P, K, T)
-    wide = diff[:, -1, :] - diff[:, 0, :]  # (P, T)
     if method == "score":
-        within_gap, within_wide = _paired_within(sub_a, sub_b, ks)
-        gap, gap_lower, gap_upper, gap_p = normal_interval(diff, within_gap, level, 1.0)
-        _, widening_lower, widening_upper, widening_p = normal_interval(
-            wide, within_wide, level, 2.0
+        g = paired_gap_intervals(sub_a.counts(), sub_a.n, sub_b.counts(), sub_b.n, ks, level)
+        gap, gap_lower, gap_upper, gap_p = g.gap, g.gap_lower, g.gap_upper, g.gap_p
+        widening_lower, widening_upper, widening_p = (
+            g.widening_lower,
+            g.widening_upper,
+            (g.widening_p),
         )
     else:
         replicates = bootstrap_means(diff, n_boot, seed)  # (B, K, T)
