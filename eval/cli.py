@@ -76,6 +76,9 @@ COMPARE_EXAMPLES = """\
 examples:
   passkt compare runs/base runs/rl                       gaps rl - base, boundary sets, Venn
   passkt compare runs/base runs/rl runs/sft --names base,rl,sft --budget 5 --out runs/cmp
+  passkt compare runs/base runs/rl --repeats runs/base-seed1,runs/base-seed2
+      noise floor from three evaluations of base; findings are differences outside it
+  passkt compare runs/base runs/rl --headline gap@64,5 --method bootstrap
 """
 
 
@@ -282,6 +285,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         level=args.level,
         method=args.method,
         headline=args.headline,
+        repeats=[r.strip() for r in args.repeats.split(",") if r.strip()] if args.repeats else (),
     )
     print(report.markdown)
     print(f"passkt: comparison written to {report.out_dir}/")
@@ -395,6 +399,12 @@ def _add_compare(subparsers: Any) -> None:
     p.add_argument("--names", metavar="A,B,...", help="run names (default: from the manifests)")
     p.add_argument("--budget", type=int, help="T of the boundary sets (default: largest shared)")
     p.add_argument("--out", metavar="DIR", help="default runs/compare-<time>")
+    p.add_argument(
+        "--repeats",
+        metavar="DIR,...",
+        help="more evaluations of RUN_A's policy with other --seed values: the noise floor; "
+        "differences are called findings only outside it",
+    )
     p.add_argument(
         "--headline",
         metavar="widening@T|gap@K,T",

@@ -107,6 +107,45 @@ def _surface_ci(surf: Any, table: Any, method: str, n_boot: int, level: float, s
     return surface_interval(surf, table.select_budgets(surf.budgets).counts(), level)
 
 
+_SAME_POLICY = ("env_id", "env_kwargs", "split", "policy", "policy_options", "sampling", "n")
+"""Manifest fields a repeated evaluation must share with the reference run."""
+
+
+def _floor(
+    ref_dir: Path,
+    ref: tuple[dict, Any],
+    ref_table: Any,
+    repeats: Sequence[str | Path],
+    ks: Sequence[int],
+    budgets: Sequence[int],
+    budget: int,
+) -> Any:
+    """The noise floor of the reference and its repeats (``None`` without repeats)."""
+    from passkt.eval.noise import noise_floor
+    from passkt.eval.store import load_run
+
+    if not repeats:
+        return None
+    manifest = ref[0]
+    tables, seeds = [ref_table], [manifest["seed"]]
+    for directory in map(Path, repeats):
+        other, table = load_run(directory)
+        for key in _SAME_POLICY:
+            if other.get(key) != manifest.get(key):
+                raise ValueError(
+                    f"--repeats {directory}: {key} is {other.get(key)!r} but {ref_dir} has "
+                    f"{manifest.get(key)!r}; a repeat must evaluate the same policy the same way"
+                )
+        if other["seed"] in seeds:
+            raise ValueError(
+                f"--repeats {directory}: evaluation seed {other['seed']} was already used "
+                f"({ref_dir} and repeats must differ); rerun `passkt eval` with another --seed"
+            )
+        seeds.append(other["seed"])
+        tables.append(table.with_name(f"{ref_table.name} (seed {other['seed']})"))
+    return noise_floor(tables, ks, budgets, budget)
+
+
 def _run_names(run_dirs: Sequence[Path], manifests: Sequence[dict], names: Sequence[str] | None):
     if names is not None:
         if len(names) != len(run_dirs):
@@ -133,8 +172,14 @@ def write_comparison(
     seed: int = 0,
     method: str = "score",
     headline: str | None = None,
+    repeats: Sequence[str | Path] = (),
 ) -> Report:
     """Paired comparison of runs 2.. against run 1: gap tables and plots, boundary sets, Venn.
+
+    ``repeats`` are more evaluations of run 1's policy with other evaluation seeds (everything
+    else equal): they make the noise floor (``noise_floor.{md,json}``), and each comparison then
+    says which of its differences are findings outside it (:mod:`passkt.eval.noise`). Without
+    repeats no difference is called a finding.
 
     For every later run ``b``: ``gap_<b>_vs_<a>.{md,csv,json,png,svg}`` (gap per (k, T) with a
     paired bootstrap CI, crossover k, whether the gap widens) and ``boundary_<b>_vs_<a>.md``;
@@ -142,6 +187,7 @@ def write_comparison(
     """
     from passkt.eval.analysis.boundary_report import boundary_summary
     from passkt.eval.estimator import default_ks, surface
+    from passkt.eval.noise import findings
     from passkt.eval.plots import plot_boundary_venn, plot_gap, plot_pass_curves
     from passkt.eval.stats import boundary_comparison, boundary_difference, compare, venn
     from passkt.eval.store import load_run
@@ -168,6 +214,7 @@ def write_comparison(
     if t_bound not in shared_t:
         raise ValueError(f"--budget {budget} was not evaluated by every run; shared: {shared_t}")
     ks = tuple(ks) if ks is not None else default_ks(min(t.n for t in tables))
+    floor = _floor(dirs[0], loaded[0], tables[0], repeats, ks, shared_t, t_bound)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
@@ -177,6 +224,15 @@ def write_comparison(
         (out / name).write_text(text, encoding="utf-8")
         files.append(out / name)
 
+    if floor is not None:
+        parts.append(floor.to_markdown())
+        write("noise_floor.md", parts[-1])
+        write("noise_floor.json", json.dumps(floor.to_dict(), indent=2) + "\n")
+    else:
+        parts.append(
+            "No noise floor: without repeated evaluations of the reference (`--repeats`), no "
+            "difference below is called a finding.\n"
+        )
     a = tables[0]
     for b in tables[1:]:
         stem = f"{_slug(b.name)}_vs_{_slug(a.name)}"
@@ -184,6 +240,8 @@ def write_comparison(
         bc = boundary_comparison(a, b, t_bound)
         bd = boundary_difference(a, b, t_bound, level)
         boundary = boundary_difference_markdown(bd) + "\n" + boundary_markdown(bc)
+        if floor is not None:
+            boundary += "\n" + findings(cmp, floor, bd, len(bc.only_b)).to_markdown(b.name, a.name)
         parts += [comparison_markdown(cmp), boundary]
         write(f"gap_{stem}.md", parts[-2])
         write(f"gap_{stem}.csv", comparison_csv(cmp))
