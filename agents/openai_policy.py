@@ -175,7 +175,7 @@ class OpenAIPolicy:
         self, conversations: Sequence[Conversation], params: SamplingParams
     ) -> list[Completion]:
         """Sample ``params.n`` replies per conversation (conversation-major)."""
-        seeds = request_seeds(params.seed, len(conversations))
+        seeds = request_seeds(params.seed, len(conversations), params.seeds)
         jobs = list(zip(conversations, seeds, strict=True))
         if len(jobs) <= 1 or self.concurrency == 1:
             results = [self._complete(c, params, s) for c, s in jobs]

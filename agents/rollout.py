@@ -193,6 +193,12 @@ def _seed_for(seed: int, round_index: int) -> int:
     return (seed * 1_000_003 + round_index * 7919) % (2**31 - 1)
 
 
+def _episode_seed(seed: int, budget: int, turn: int) -> int:
+    """The seed of one turn of one episode (or budget branch), from its own (task, sample) seed:
+    independent of which other episodes share the batch."""
+    return (seed * 1_000_003 + budget * 7919 + turn * 104_729) % (2**31 - 1)
+
+
 def rollout(
     policy: Policy,
     env_id: str,
@@ -206,6 +212,7 @@ def rollout(
     share_prefix: bool | None = None,
     tokenizer: Any = None,
     progress: bool = False,
+    episode_seeds: Mapping[tuple[str, int], int] | None = None,
 ) -> RolloutResult:
     """Run ``n`` episodes of every task at every budget and return them with their cost.
 
@@ -223,6 +230,10 @@ def rollout(
         tokenizer: For a policy without token ids (scripted experts), tokenize its text with this
             tokenizer to fill the token record (used for SFT data).
         progress: Show a progress bar over finished episodes.
+        episode_seeds: ``(task_id, sample) -> seed``. When given, each episode's env reset and
+            each of its turns (``SamplingParams.seeds``) are seeded from its own seed instead of
+            from ``seed`` and its position in the batch, so an episode's outcome does not depend
+            on which other tasks run with it (for policies that honour per-row seeds).
     """
     params = params or SamplingParams()
     kwargs = dict(env_kwargs or {})
@@ -254,7 +265,9 @@ def rollout(
     for index, (task_id, sample, budget) in enumerate(
         (t, s, b) for t in task_ids for s in range(n) for b in main_budgets
     ):
-        _, info = base.reset(seed=seed + index, options={"task_id": task_id})
+        own = None if episode_seeds is None else episode_seeds[task_id, sample]
+        reset_seed = seed + index if own is None else _episode_seed(own, budget, -1)
+        _, info = base.reset(seed=reset_seed, options={"task_id": task_id})
         env, observation = base.unwrapped.fork(budget)
         episode = Episode(task_id, sample, budget, info["category"])
         episode.messages = initial_conversation(info["category"], observation)
@@ -273,6 +286,16 @@ def rollout(
     round_index = 0
     while live:
         round_params = replace(params, seed=_seed_for(seed, round_index))
+        if episode_seeds is not None:
+            row_seeds = tuple(
+                _episode_seed(
+                    episode_seeds[item.episode.task_id, item.episode.sample],
+                    item.episode.budget,
+                    len(item.episode.turns),
+                )
+                for item in live
+            )
+            round_params = replace(round_params, seeds=row_seeds)
         started = time.perf_counter()
         completions = _generate(policy, live, chat, round_params, token_policy)
         gen_seconds += time.perf_counter() - started

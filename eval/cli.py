@@ -227,6 +227,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         seed=args.seed,
         params=params,
         chunk_tasks=args.chunk_tasks,
+        chunk_seconds=args.chunk_seconds,
         share_prefix=False if args.no_share_prefix else None,
         progress=not args.no_progress,
         policy_options=options,
@@ -333,13 +334,23 @@ def _add_eval(subparsers: Any) -> None:
     p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1.0)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=_positive_int, default=256, help="per turn")
-    p.add_argument("--seed", type=int, default=0, help="run seed (chunk seeds derive from it)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="run seed (each task's sample seeds derive from it)"
+    )
     p.add_argument("--device", help="hf/vllm: cpu, cuda, cuda:1 ... (default cpu for hf)")
     p.add_argument("--dtype", help="hf/vllm: float32, bfloat16, float16 or auto")
     p.add_argument(
         "--chunk-tasks",
         type=_positive_int,
-        help="tasks per chunk (the unit of batching, storing and resuming; default ceil(256/n))",
+        help="tasks per chunk, the unit of saving and resuming (default 1; samples do not "
+        "depend on it)",
+    )
+    p.add_argument(
+        "--chunk-seconds",
+        type=float,
+        default=120.0,
+        help="batch chunks so one batch takes about this long at the measured speed: the most "
+        "work a crash can lose (default %(default)s)",
     )
     p.add_argument(
         "--no-share-prefix",
