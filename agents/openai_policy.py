@@ -120,6 +120,9 @@ def completion_from_choice(choice: Any, stops: Sequence[str]) -> Completion:
 class OpenAIPolicy:
     """A chat model behind an OpenAI-compatible HTTP API."""
 
+    seeds_each_row = True
+    """Honours ``SamplingParams.seeds``: a row's completion does not depend on its batch."""
+
     def __init__(
         self,
         base_url: str,

@@ -44,8 +44,8 @@ class SamplingParams:
     """One seed per conversation of the call (overrides ``seed`` where a backend honours it).
     A backend that seeds each row from its own seed (scripted, vLLM, OpenAI-compatible) gives a
     row the same completion whatever else is in the batch, so the evaluator's results do not
-    depend on how it batches episodes. ``HFPolicy`` samples a batch from one generator and
-    ignores it."""
+    depend on how it batches episodes; such a policy says so with a class attribute
+    ``seeds_each_row = True``. ``HFPolicy`` samples a batch from one generator and ignores it."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

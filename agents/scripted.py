@@ -68,6 +68,8 @@ class OraclePolicy:
     """
 
     spec = "scripted:oracle"
+    seeds_each_row = True
+    """Honours ``SamplingParams.seeds``: a row's completion does not depend on its batch."""
 
     def __init__(self, tasks: Iterable[Task], *, think: bool = True) -> None:
         self.think = think
@@ -164,6 +166,8 @@ class HeuristicPolicy:
     """
 
     spec = "scripted:heuristic"
+    seeds_each_row = True
+    """Honours ``SamplingParams.seeds``: a row's completion does not depend on its batch."""
 
     def __init__(self, seed: int = 0, *, answer_rate: float = 0.15) -> None:
         if not 0.0 <= answer_rate <= 1.0:

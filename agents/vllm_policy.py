@@ -131,6 +131,9 @@ def completions_from_vllm(
 class VLLMPolicy:
     """The vLLM offline engine as a ``TokenPolicy`` (needs a CUDA GPU)."""
 
+    seeds_each_row = True
+    """Honours ``SamplingParams.seeds``: a row's completion does not depend on its batch."""
+
     def __init__(
         self,
         model: str | Path,

@@ -1,10 +1,12 @@
 """How an evaluation is cut into chunks (saved, resumable) and batches (rolled out together).
 
 Each (task, sample) draws from its own seed, :func:`sample_seed`, so neither the chunk size nor
-the batching changes which samples a run draws (for policies that honour per-row seeds; see
-``SamplingParams.seeds``). That frees both sizes for what they are for: a chunk is the unit a
-crash can lose, a batch is what the policy generates for at once, and batches are sized from the
-policy's measured speed so that one takes about ``chunk_seconds`` (two minutes by default).
+the batching changes which samples a run draws (for policies that honour per-row seeds, marked
+``seeds_each_row``; see ``SamplingParams.seeds``). That frees both sizes for what they are for: a
+chunk (default one task) is the unit a crash can lose, a batch is what the policy generates for at
+once, and batches are sized from the policy's measured speed so that one takes about
+``chunk_seconds`` (two minutes by default). A policy that samples a whole batch from one
+generator (``HFPolicy``, ``lean:``) keeps one chunk per batch, so its draws stay reproducible.
 Runs made before per-sample seeding seeded each chunk from its index (:func:`chunk_seed`); they
 resume the way they were started, one chunk per batch.
 """
@@ -87,19 +89,24 @@ class Batching:
     With per-sample seeds a batch may hold any number of consecutive chunks without changing a
     sample, so it is sized from the measured seconds per task to take about ``seconds`` (at
     most ``max_tasks`` tasks, at least one chunk); the first batch is one chunk, to measure.
-    Runs seeded per chunk roll out one chunk per batch with :func:`chunk_seed`.
+    Runs seeded per chunk roll out one chunk per batch with :func:`chunk_seed`, and so does a
+    policy that samples a batch jointly (``HFPolicy``), so that its draws do not depend on timing.
     """
 
     seed: int
     per_sample: bool
     seconds: float
     max_tasks: int
+    adaptive: bool = True
+    """Whether batches may follow the measured speed: only for a policy that seeds each row on
+    its own (``seeds_each_row``); any other samples a batch jointly, so its batches stay one
+    chunk each, and reproducible."""
     tasks: int = 1
 
     def take(self, todo: Sequence[int], bounds: Sequence[tuple[int, int]]) -> list[int]:
         """The next batch: consecutive unfinished chunks from the start of ``todo``."""
         group = [todo[0]]
-        if not self.per_sample:
+        if not (self.per_sample and self.adaptive):
             return group
         size = bounds[todo[0]][1] - bounds[todo[0]][0]
         for chunk in todo[1:]:

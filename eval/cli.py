@@ -342,8 +342,8 @@ def _add_eval(subparsers: Any) -> None:
     p.add_argument(
         "--chunk-tasks",
         type=_positive_int,
-        help="tasks per chunk, the unit of saving and resuming (default 1; samples do not "
-        "depend on it)",
+        help="tasks per chunk, the unit of saving and resuming (default 1); also the batch of "
+        "hf:/lean: policies, whose draws depend on their batch",
     )
     p.add_argument(
         "--chunk-seconds",

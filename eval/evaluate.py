@@ -361,7 +361,8 @@ def evaluate(
         params=params,
         share_prefix=plan.share_prefix,
     )
-    batching = Batching(seed, seeding == SEEDING, chunk_seconds, default_chunk_tasks(n))
+    adaptive = bool(getattr(policy, "seeds_each_row", False))
+    batching = Batching(seed, seeding == SEEDING, chunk_seconds, default_chunk_tasks(n), adaptive)
     records, parts = _run_chunks(
         policy, env_id, plan.task_ids, bounds, skipped, batching, store, rollout_kwargs, progress
     )

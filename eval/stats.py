@@ -18,7 +18,7 @@ Definitions used throughout:
   the smallest k. We report both the bracketing grid pair ``(k_lo, k_hi)`` and a k interpolated
   linearly in ``log2 k`` between them (where the straight line through the two gaps hits 0).
 - **widening** at T: ``gap(k_max) - gap(k_min)`` (k_min = 1 and k_max = n on the default grid);
-  ``widens`` is true when its CI lies entirely above 0.
+  ``widens`` is true when it is positive and significant after Holm's correction over the T's.
 - **crossover range** at T: the grid bracket that holds the crossover at the CI level: from the last
   k (of the leading run of k's) whose gap CI lies on the starting side, to the first later k whose
   CI lies on the opposite side (``None``: not reached on the grid).
@@ -87,7 +87,7 @@ Method = Literal["score", "bootstrap"]
 bootstrap over problems, kept to measure it against (``benchmarks/calibration.py``)."""
 
 METHOD_TEXT = {
-    "score": "interval over problems and samples (design-effect Wilson for pass@k, normal for "
+    "score": "interval over problems and samples (design-effect Wilson for pass@k, Student t for "
     "gaps; variance at least the within-problem sampling variance)",
     "bootstrap": "percentile bootstrap over problems",
 }
@@ -232,14 +232,16 @@ class Comparison(Record):
         widening: ``gap[k_max] - gap[k_min]`` per budget, shape ``(len(budgets),)``.
         widening_lower: Lower paired CI bound of the widening.
         widening_upper: Upper bound.
-        widens: Per budget: whether the widening's CI lies entirely above 0.
+        widens: Per budget: whether the widening is positive and significant after Holm's
+            correction over the T's.
         level: Confidence level.
         n_boot: Bootstrap resamples (0 for the score method).
         seed: Seed of the resampling.
         method: ``"score"`` or ``"bootstrap"``.
         gap_p: Two-sided p-value of each gap cell against 0.
         gap_p_holm: ``gap_p`` adjusted with Holm's method over the whole (k, T) grid.
-        widening_p: p-value of each T's widening (not adjusted).
+        widening_p: p-value of each T's widening.
+        widening_p_holm: ``widening_p`` adjusted with Holm's method over the T's.
         headline: The pre-declared :class:`Headline` test.
     """
 
@@ -265,11 +267,13 @@ class Comparison(Record):
     gap_p: np.ndarray
     gap_p_holm: np.ndarray
     widening_p: np.ndarray
+    widening_p_holm: np.ndarray
     headline: Headline
 
     def __post_init__(self) -> None:
         arrays = ("surface_a", "surface_b", "gap", "gap_lower", "gap_upper", "gap_p", "gap_p_holm")
-        freeze_arrays(self, *arrays, "widening", "widening_lower", "widening_upper", "widening_p")
+        widening = ("widening", "widening_lower", "widening_upper", "widening_p", "widening_p_holm")
+        freeze_arrays(self, *arrays, *widening)
 
     @property
     def significant(self) -> np.ndarray:
@@ -399,7 +403,9 @@ def compare(
         widening=widening,
         widening_lower=widening_lower,
         widening_upper=widening_upper,
-        widens=tuple(bool(lo > 0) for lo in widening_lower),
+        widens=tuple(
+            bool(w > 0 and p < 1 - level) for w, p in zip(widening, holm(widening_p), strict=True)
+        ),
         level=level,
         n_boot=n_boot if method == "bootstrap" else 0,
         seed=seed if method == "bootstrap" else None,
@@ -407,6 +413,7 @@ def compare(
         gap_p=gap_p,
         gap_p_holm=holm(gap_p),
         widening_p=widening_p,
+        widening_p_holm=holm(widening_p),
         headline=head,
     )
 

@@ -206,10 +206,10 @@ def _fmt_k(k: float | None) -> str:
 
 
 def _fmt_range(k_range: tuple[int | None, int | None] | None) -> str:
+    """``4-16``; ``?`` for an end the grid does not resolve at the CI level."""
     if k_range is None:
         return "-"
-    k_from, k_to = k_range
-    return f"{'<' + str(k_from) if k_from is None else k_from}-{'>grid' if k_to is None else k_to}"
+    return "-".join("?" if k is None else str(k) for k in k_range)
 
 
 def comparison_markdown(cmp: Comparison, digits: int = 3) -> str:
@@ -242,7 +242,7 @@ def comparison_markdown(cmp: Comparison, digits: int = 3) -> str:
         "crossing significant",
         f"gap k={k_lo}",
         f"gap k={k_hi}",
-        f"widening (k={k_hi} - k={k_lo})",
+        f"widening (k={k_hi} - k={k_lo}), `*` Holm over T",
         "widens",
     ]
     rows = []
@@ -263,11 +263,16 @@ def comparison_markdown(cmp: Comparison, digits: int = 3) -> str:
                     float(cmp.widening_upper[j]),
                     digits,
                     sign=True,
-                ),
+                )
+                + ("*" if cmp.widening_p_holm[j] < alpha else ""),
                 "yes" if cmp.widens[j] else "no",
             ]
         )
-    return title + gap_table + headline + _markdown(header, rows)
+    note = (
+        f"\nk range: the grid k's between which the crossover lies at the {cmp.level:.0%} level "
+        "(`?`: not resolved on the grid).\n"
+    )
+    return title + gap_table + headline + _markdown(header, rows) + note
 
 
 def comparison_csv(cmp: Comparison) -> str:
