@@ -348,3 +348,25 @@ def test_saturation_depth() -> None:
         saturation_depth(table, 1, tol=-0.1)
     with pytest.raises(ValueError, match="1 <= k <= n"):
         saturation_depth(table, 11)
+
+
+def test_headline_and_crossover_range() -> None:
+    a, b = reliable_vs_broad()
+    cmp = compare(a, b, headline="gap@64,3")
+    head = cmp.headline
+    i, j = cmp.ks.index(64), cmp.budgets.index(3)
+    assert (head.kind, head.k, head.budget) == ("gap", 64, 3) and head.label == "gap at (k=64, T=3)"
+    assert head.estimate == cmp.gap[i, j] and head.p_value == cmp.gap_p[i, j]
+    assert head.significant and head.lower > 0
+    default = compare(a, b).headline
+    assert (default.kind, default.budget) == ("widening", 5)
+    assert default.estimate == pytest.approx(cmp.widening[-1])
+    # b is far better at k = 64 and far worse at k = 1: the crossing is resolved on the grid.
+    cross = cmp.crossover_at(5)
+    k_from, k_to = cross.k_range
+    assert k_from is not None and k_to is not None and k_from <= cross.bracket[0] < k_to
+    assert cmp.ks.index(k_to) >= cmp.ks.index(cross.bracket[1])
+    # Holm never makes a cell more significant than its raw p-value says.
+    assert np.all(cmp.gap_p_holm >= cmp.gap_p) and np.all(cmp.widening_p_holm >= cmp.widening_p)
+    with pytest.raises(ValueError, match="'widening@T' or 'gap@K,T'"):
+        compare(a, b, headline="widening@4")
