@@ -26,6 +26,7 @@ __all__ = [
     "boundary_comparison",
     "boundary_difference",
     "boundary_set",
+    "boundary_size_interval",
     "venn",
 ]
 
@@ -166,6 +167,15 @@ def _solved(table: OutcomeTable, budget: int) -> tuple[np.ndarray, np.ndarray]:
     return solved_by_count[counts], within[counts]
 
 
+def boundary_size_interval(
+    table: OutcomeTable, budget: int, level: float = 0.95
+) -> tuple[int, float, float]:
+    """``(size, lower, upper)``: the boundary size at T and its CI over problems and samples."""
+    solved, within = _solved(table, budget)
+    _, lower, upper, _ = score_interval(solved[:, None], within[:, None], level, table.num_tasks)
+    return int(solved.sum()), float(lower[0]) * table.num_tasks, float(upper[0]) * table.num_tasks
+
+
 def boundary_difference(
     a: OutcomeTable, b: OutcomeTable, budget: int, level: float = 0.95
 ) -> BoundaryDifference:
@@ -174,10 +184,10 @@ def boundary_difference(
     solved_a, within_a = _solved(a.select(shared), budget)
     solved_b, within_b = _solved(b.select(shared), budget)
     num = len(shared)
-    sizes = []
-    for solved, within in ((solved_a, within_a), (solved_b, within_b)):
-        _, lower, upper, _ = score_interval(solved[:, None], within[:, None], level, num)
-        sizes += [int(solved.sum()), float(lower[0]) * num, float(upper[0]) * num]
+    sizes = [
+        *boundary_size_interval(a.select(shared), budget, level),
+        *boundary_size_interval(b.select(shared), budget, level),
+    ]
     _, lower, upper, p_value = normal_interval(
         (solved_b - solved_a)[:, None], (within_a + within_b)[:, None], level, 1.0
     )

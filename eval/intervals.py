@@ -187,13 +187,17 @@ def score_interval(
     var = _variance(values, within)
     cap = np.broadcast_to(np.asarray(n_eff_max, dtype=np.float64), mean.shape)
     with np.errstate(divide="ignore", invalid="ignore"):
-        n_eff = np.where(var > 0, mean * (1 - mean) / var, cap)
+        n_eff = np.where((var > 0) & (mean * (1 - mean) > 0), mean * (1 - mean) / var, cap)
     n_eff = np.maximum(n_eff, 1.0)
     denom = 1 + z * z / n_eff
     centre = (mean + z * z / (2 * n_eff)) / denom
     half = z * np.sqrt(mean * (1 - mean) / n_eff + z * z / (4 * n_eff**2)) / denom
-    lower = np.clip(np.minimum(centre - half, mean), 0.0, 1.0)
-    upper = np.clip(np.maximum(centre + half, mean), 0.0, 1.0)
+    # At m = 0 or 1 the Wilson form cannot carry a variance that comes from the within-problem
+    # floor alone (every problem alike, each one uncertain): there the interval is also at least
+    # the normal interval of that variance.
+    spread = np.where(mean * (1 - mean) > 0, 0.0, z * np.sqrt(var))
+    lower = np.clip(np.minimum(centre - half, mean - spread), 0.0, 1.0)
+    upper = np.clip(np.maximum(centre + half, mean + spread), 0.0, 1.0)
     return mean, lower, upper, np.sqrt(var)
 
 

@@ -21,7 +21,9 @@ METHOD_NOTE = (
     "per-problem estimates over problems (which holds both parts) and the mean within-problem "
     "sampling variance (a floor that matters when few problems are ever solved). pass@k cells "
     "get a Wilson score interval at that variance's effective sample size (right near 0 and "
-    "1); gaps, widenings and boundary differences a normal interval and z-test. Assumed: "
+    "1); gaps, widenings and boundary differences a Student-t interval and test. Gap cells "
+    "are read after Holm's correction over the (k, T) grid; one pre-declared headline test "
+    "is read alone. Assumed: "
     "problems are independent draws, samples are independent given the problem, and compared "
     "runs are independent evaluations of the same problems. Calibration by simulation: "
     "benchmarks/README.md (coverage and A/A false-positive rates).\n"
@@ -42,15 +44,19 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "run"
 
 
-def _boundary_markdown(table: Any) -> str:
-    from passkt.eval.stats import boundary_set
+def _boundary_markdown(table: Any, level: float = 0.95) -> str:
+    from passkt.eval.boundary import boundary_size_interval
 
     header = "| T | " + " | ".join(str(t) for t in table.budgets) + " |"
     rule = "|---:|" + "|".join("---:" for _ in table.budgets) + "|"
-    sizes = [str(len(boundary_set(table, t))) for t in table.budgets]
+    sizes = []
+    for t in table.budgets:
+        size, lower, upper = boundary_size_interval(table, t, level)
+        sizes.append(f"{size} [{lower:.1f}, {upper:.1f}]")
     return (
         f"Boundary set (problems solved at least once in n = {table.n}) of "
-        f"{table.num_tasks} problems\n\n{header}\n{rule}\n| solved | " + " | ".join(sizes) + " |\n"
+        f"{table.num_tasks} problems, with its {level:.0%} CI over problems and samples\n\n"
+        f"{header}\n{rule}\n| solved | " + " | ".join(sizes) + " |\n"
     )
 
 
@@ -80,7 +86,7 @@ def write_report(
     surf = surface(table, ks)
     ci = _surface_ci(surf, table, method, n_boot, level, seed)
     files = list(write_surface_tables(surf, ci, out, "surface").values())
-    boundary = _boundary_markdown(table)
+    boundary = _boundary_markdown(table, level)
     (out / "boundary.md").write_text(boundary, encoding="utf-8")
     files.append(out / "boundary.md")
     files += plot_surface_heatmap(surf, out / "heatmap")

@@ -63,3 +63,19 @@ def test_floor_errors() -> None:
     cmp = compare(a, simulate(np.full(5, 0.5), 2, "c"), ks=(1, 16))
     with pytest.raises(ValueError, match="build the floor on the same grid"):
         findings(cmp, floor, boundary_difference(a, a.with_name("x"), 5), 0)
+
+
+def test_boundary_size_interval_counts_sampling_noise() -> None:
+    """Every problem solved by exactly 1 of 16 samples: the observed size is all 100 problems,
+    but a new evaluation would miss about (15/16)^16 = 36% of them, so the CI is wide below."""
+    from passkt.eval.boundary import boundary_size_interval
+
+    correct = np.zeros((100, 16, 1), dtype=bool)
+    correct[:, 0] = True
+    table = OutcomeTable(tuple(f"q{i}" for i in range(100)), (5,), correct, name="a")
+    size, lower, upper = boundary_size_interval(table, 5)
+    assert size == 100 and upper == pytest.approx(100)
+    assert lower < 95  # the bootstrap over problems alone would say [100, 100]
+    never = OutcomeTable(table.task_ids, (5,), np.zeros_like(correct), name="b")
+    size, lower, upper = boundary_size_interval(never, 5)
+    assert (size, lower) == (0, 0) and 0 < upper < 5
