@@ -121,6 +121,9 @@ def completion_from_choice(choice: Any, stops: Sequence[str]) -> Completion:
 class OpenAIPolicy:
     """A chat model behind an OpenAI-compatible HTTP API."""
 
+    seeds_each_row = True
+    """Honours ``SamplingParams.seeds``: a row's completion does not depend on its batch."""
+
     def __init__(
         self,
         base_url: str,
@@ -189,7 +192,7 @@ class OpenAIPolicy:
         self, conversations: Sequence[Conversation], params: SamplingParams
     ) -> list[Completion]:
         """Sample ``params.n`` replies per conversation (conversation-major)."""
-        seeds = request_seeds(params.seed, len(conversations))
+        seeds = request_seeds(params.seed, len(conversations), params.seeds)
         jobs = list(zip(conversations, seeds, strict=True))
         if len(jobs) <= 1 or self.concurrency == 1:
             results = [self._complete(c, params, s) for c, s in jobs]

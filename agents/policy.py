@@ -40,6 +40,12 @@ class SamplingParams:
     """Completions per conversation; results are conversation-major (all n of the first, ...)."""
     seed: int | None = None
     """Same seed, same batch, same completions."""
+    seeds: tuple[int, ...] | None = None
+    """One seed per conversation of the call (overrides ``seed`` where a backend honours it).
+    A backend that seeds each row from its own seed (scripted, vLLM, OpenAI-compatible) gives a
+    row the same completion whatever else is in the batch, so the evaluator's results do not
+    depend on how it batches episodes; such a policy says so with a class attribute
+    ``seeds_each_row = True``. ``HFPolicy`` samples a batch from one generator and ignores it."""
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0 or self.temperature == float("inf"):  # also refuses NaN

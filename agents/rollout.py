@@ -205,6 +205,12 @@ def _seed_for(seed: int, round_index: int) -> int:
     return (seed * 1_000_003 + round_index * 7919) % (2**31 - 1)
 
 
+def _episode_seed(seed: int, budget: int, turn: int) -> int:
+    """The seed of one turn of one episode (or budget branch), from its own (task, sample) seed:
+    independent of which other episodes share the batch."""
+    return (seed * 1_000_003 + budget * 7919 + turn * 104_729) % (2**31 - 1)
+
+
 def rollout(
     policy: Policy,
     env_id: str,
@@ -219,6 +225,7 @@ def rollout(
     tokenizer: Any = None,
     progress: bool = False,
     contract: EnvContract | None = None,
+    episode_seeds: Mapping[tuple[str, int], int] | None = None,
 ) -> RolloutResult:
     """Run ``n`` episodes of every task at every budget and return them with their cost.
 
@@ -238,6 +245,10 @@ def rollout(
             tokenizer to fill the token record (used for SFT data).
         progress: Show a progress bar over finished episodes.
         contract: The env's contract if the caller already inspected it (saves one env).
+        episode_seeds: ``(task_id, sample) -> seed``. When given, each episode's env reset and
+            each of its turns (``SamplingParams.seeds``) are seeded from its own seed instead of
+            from ``seed`` and its position in the batch, so an episode's outcome does not depend
+            on which other tasks run with it (for policies that honour per-row seeds).
     """
     params = params or SamplingParams()
     kwargs = dict(env_kwargs or {})
@@ -274,7 +285,9 @@ def rollout(
     for index, (task_id, sample, budget) in enumerate(
         (t, s, b) for t in task_ids for s in range(n) for b in main_budgets
     ):
-        env, observation, info, history = runner.start(base, budget, task_id, seed + index)
+        own = None if episode_seeds is None else episode_seeds[task_id, sample]
+        reset_seed = seed + index if own is None else _episode_seed(own, budget, -1)
+        env, observation, info, history = runner.start(base, budget, task_id, reset_seed)
         episode = Episode(task_id, sample, budget, runner.category(info, env))
         episode.messages = protocol.first_messages(observation)
         item = _Live(episode, env, history)
@@ -293,6 +306,16 @@ def rollout(
     while live:
         bar.set_postfix_str(f"round {round_index + 1}, {len(live)} live", refresh=True)
         round_params = replace(params, seed=_seed_for(seed, round_index))
+        if episode_seeds is not None:
+            row_seeds = tuple(
+                _episode_seed(
+                    episode_seeds[item.episode.task_id, item.episode.sample],
+                    item.episode.budget,
+                    len(item.episode.turns),
+                )
+                for item in live
+            )
+            round_params = replace(round_params, seeds=row_seeds)
         started = time.perf_counter()
         completions = _generate(policy, live, chat, round_params, token_policy)
         gen_seconds += time.perf_counter() - started

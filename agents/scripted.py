@@ -68,6 +68,8 @@ class OraclePolicy:
     """
 
     spec = "scripted:oracle"
+    seeds_each_row = True
+    """Honours ``SamplingParams.seeds``: a row's completion does not depend on its batch."""
 
     def __init__(self, tasks: Iterable[Task], *, think: bool = True) -> None:
         self.think = think
@@ -158,11 +160,14 @@ class HeuristicPolicy:
     With ``temperature`` 0 every choice takes the first candidate, so the policy is deterministic.
 
     Args:
-        seed: Mixed with each call's ``params.seed`` and the row index.
+        seed: Mixed with each row's ``params.seeds`` entry, or with ``params.seed`` and the row
+            index when the call gives no per-row seeds.
         answer_rate: Chance of answering after each search (before the final notice).
     """
 
     spec = "scripted:heuristic"
+    seeds_each_row = True
+    """Honours ``SamplingParams.seeds``: a row's completion does not depend on its batch."""
 
     def __init__(self, seed: int = 0, *, answer_rate: float = 0.15) -> None:
         if not 0.0 <= answer_rate <= 1.0:
@@ -176,7 +181,10 @@ class HeuristicPolicy:
         out = []
         for row, conversation in enumerate(conversations):
             for j in range(params.n):
-                rng = np.random.default_rng([self.seed, params.seed or 0, row, j])
+                own = None if params.seeds is None else [params.seeds[row], j]
+                rng = np.random.default_rng(
+                    [self.seed, *own] if own else [self.seed, params.seed or 0, row, j]
+                )
                 out.append(Completion(self.act(conversation, rng, greedy=params.temperature == 0)))
         return out
 

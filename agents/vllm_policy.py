@@ -31,12 +31,19 @@ logger = logging.getLogger(__name__)
 _SEED_MODULUS = 2**31 - 1
 
 
-def request_seeds(seed: int | None, count: int) -> list[int | None]:
+def request_seeds(
+    seed: int | None, count: int, seeds: Sequence[int] | None = None
+) -> list[int | None]:
     """One seed per request, distinct within a batch, reproducible from ``seed``.
 
     Identical prompts in one batch (the rollout engine repeats a task for its samples) must not
     share a seed, or an engine that seeds each request on its own would return identical samples.
+    Per-request ``seeds`` (``SamplingParams.seeds``), when given, are used as they are.
     """
+    if seeds is not None:
+        if len(seeds) != count:
+            raise ValueError(f"SamplingParams.seeds has {len(seeds)} seeds for {count} prompts")
+        return [int(s) % _SEED_MODULUS for s in seeds]
     if seed is None:
         return [None] * count
     return [(seed + i) % _SEED_MODULUS for i in range(count)]
@@ -124,6 +131,9 @@ def completions_from_vllm(
 class VLLMPolicy:
     """The vLLM offline engine as a ``TokenPolicy`` (needs a CUDA GPU)."""
 
+    seeds_each_row = True
+    """Honours ``SamplingParams.seeds``: a row's completion does not depend on its batch."""
+
     def __init__(
         self,
         model: str | Path,
@@ -207,7 +217,7 @@ class VLLMPolicy:
         base = to_vllm_sampling_kwargs(params)
         requests = [
             self._vllm.SamplingParams(**{**base, "seed": seed})
-            for seed in request_seeds(params.seed, len(prompts))
+            for seed in request_seeds(params.seed, len(prompts), params.seeds)
         ]
         outputs = self.llm.generate(
             [{"prompt_token_ids": list(p)} for p in prompts],  # vllm.inputs.TokensPrompt

@@ -23,7 +23,7 @@ import numpy as np
 from passkt.agents.policy import SamplingParams
 from passkt.agents.specs import load_policy, parse_spec
 from passkt.eval.cli import parse_env_kwargs, parse_int_list
-from passkt.eval.evaluate import env_info, evaluate
+from passkt.eval.evaluate import default_chunk_tasks, env_info, evaluate
 
 
 class _Counting:
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             params=params,
             share_prefix=share,
             progress=False,
+            chunk_tasks=default_chunk_tasks(args.n),  # the wrapper batches jointly: fixed chunks
         )
         runs[label] = (result, counting.sequences, time.perf_counter() - started)
 

@@ -14,9 +14,21 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
+from passkt.eval.intervals import normal_interval, score_interval, within_variance_table
 from passkt.eval.outcomes import OutcomeTable, Record
 
-__all__ = ["BoundaryComparison", "Venn", "boundary_comparison", "boundary_set", "venn"]
+__all__ = [
+    "BoundaryComparison",
+    "BoundaryDifference",
+    "Venn",
+    "boundary_comparison",
+    "boundary_difference",
+    "boundary_set",
+    "boundary_size_interval",
+    "venn",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +120,82 @@ def boundary_comparison(a: OutcomeTable, b: OutcomeTable, budget: int) -> Bounda
         regions[False, False],
         tuple(excluded),
     )
+
+
+@dataclass(frozen=True)
+class BoundaryDifference(Record):
+    """Boundary-set sizes of two runs at one T, and their difference, with CIs.
+
+    The boundary size is ``P * mean(pass@n)``: its CI counts both which problems were drawn and
+    the chance that a problem solved with probability p shows no success in n samples (see
+    :mod:`passkt.eval.intervals`). Sizes are in problems, on the shared tasks.
+
+    Attributes:
+        budget: The T.
+        name_a: Run a.
+        name_b: Run b.
+        num_tasks: Shared problems.
+        size_a: Boundary size of a, with ``size_a_lower``/``size_a_upper``.
+        size_b: Boundary size of b, with ``size_b_lower``/``size_b_upper``.
+        difference: ``size_b - size_a`` with ``difference_lower``/``difference_upper``.
+        p_value: Two-sided p-value of the difference against 0.
+        level: Confidence level.
+    """
+
+    budget: int
+    name_a: str
+    name_b: str
+    num_tasks: int
+    size_a: int
+    size_a_lower: float
+    size_a_upper: float
+    size_b: int
+    size_b_lower: float
+    size_b_upper: float
+    difference: int
+    difference_lower: float
+    difference_upper: float
+    p_value: float
+    level: float
+
+
+def _solved(table: OutcomeTable, budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per problem: solved at least once (0/1), and the within-problem variance of that."""
+    counts = table.counts()[:, table.budget_index(budget)]
+    solved_by_count = (np.arange(table.n + 1) > 0).astype(np.float64)  # pass@n
+    within = within_variance_table(table.n, [(1.0, table.n)])
+    return solved_by_count[counts], within[counts]
+
+
+def boundary_size_interval(
+    table: OutcomeTable, budget: int, level: float = 0.95
+) -> tuple[int, float, float]:
+    """``(size, lower, upper)``: the boundary size at T and its CI over problems and samples."""
+    solved, within = _solved(table, budget)
+    _, lower, upper, _ = score_interval(solved[:, None], within[:, None], level, table.num_tasks)
+    return int(solved.sum()), float(lower[0]) * table.num_tasks, float(upper[0]) * table.num_tasks
+
+
+def boundary_difference(
+    a: OutcomeTable, b: OutcomeTable, budget: int, level: float = 0.95
+) -> BoundaryDifference:
+    """Sizes of the boundary sets of ``a`` and ``b`` at T and ``size_b - size_a``, with CIs."""
+    shared = _shared_tasks([a, b])
+    solved_a, within_a = _solved(a.select(shared), budget)
+    solved_b, within_b = _solved(b.select(shared), budget)
+    num = len(shared)
+    sizes = [
+        *boundary_size_interval(a.select(shared), budget, level),
+        *boundary_size_interval(b.select(shared), budget, level),
+    ]
+    _, lower, upper, p_value = normal_interval(
+        (solved_b - solved_a)[:, None], (within_a + within_b)[:, None], level, 1.0
+    )
+    diff = int(solved_b.sum() - solved_a.sum())
+    return BoundaryDifference(
+        int(budget), a.name, b.name, num, *sizes, diff, float(lower[0]) * num,
+        float(upper[0]) * num, float(p_value[0]), level,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

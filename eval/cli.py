@@ -80,6 +80,9 @@ COMPARE_EXAMPLES = """\
 examples:
   passkt compare runs/base runs/rl                       gaps rl - base, boundary sets, Venn
   passkt compare runs/base runs/rl runs/sft --names base,rl,sft --budget 5 --out runs/cmp
+  passkt compare runs/base runs/rl --repeats runs/base-seed1,runs/base-seed2
+      noise floor from three evaluations of base; findings are differences outside it
+  passkt compare runs/base runs/rl --headline gap@64,5 --method bootstrap
 """
 
 
@@ -250,6 +253,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         seed=args.seed,
         params=params,
         chunk_tasks=args.chunk_tasks,
+        chunk_seconds=args.chunk_seconds,
         share_prefix=False if args.no_share_prefix else None,
         progress=not args.no_progress,
         policy_options=options,
@@ -285,6 +289,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         n_boot=args.n_boot,
         level=args.level,
         partial=args.partial,
+        method=args.method,
     )
     print(report.markdown)
     print(f"passkt: report written to {report.out_dir}/")
@@ -305,6 +310,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         budget=args.budget,
         n_boot=args.n_boot,
         level=args.level,
+        method=args.method,
+        headline=args.headline,
+        repeats=[r.strip() for r in args.repeats.split(",") if r.strip()] if args.repeats else (),
     )
     print(report.markdown)
     print(f"passkt: comparison written to {report.out_dir}/")
@@ -366,13 +374,23 @@ def _add_eval(subparsers: Any) -> None:
     )
     p.add_argument("--top-p", type=_finite_float, default=1.0)
     p.add_argument("--max-new-tokens", type=_positive_int, default=256, help="per turn")
-    p.add_argument("--seed", type=int, default=0, help="run seed (chunk seeds derive from it)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="run seed (each task's sample seeds derive from it)"
+    )
     p.add_argument("--device", help="hf/vllm: cpu, cuda, cuda:1 ... (default cpu for hf)")
     p.add_argument("--dtype", help="hf/vllm: float32, bfloat16, float16 or auto")
     p.add_argument(
         "--chunk-tasks",
         type=_positive_int,
-        help="tasks per chunk (the unit of batching, storing and resuming; default ceil(256/n))",
+        help="tasks per chunk, the unit of saving and resuming (default 1); also the batch of "
+        "hf:/lean: policies, whose draws depend on their batch",
+    )
+    p.add_argument(
+        "--chunk-seconds",
+        type=float,
+        default=120.0,
+        help="batch chunks so one batch takes about this long at the measured speed: the most "
+        "work a crash can lose (default %(default)s)",
     )
     p.add_argument(
         "--no-share-prefix",
@@ -389,7 +407,16 @@ def _add_eval(subparsers: Any) -> None:
 
 def _add_stats_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ks", metavar="K,...", help="k grid (default powers of two up to n)")
-    p.add_argument("--n-boot", type=_positive_int, default=1000, help="bootstrap resamples")
+    p.add_argument(
+        "--method",
+        choices=("score", "bootstrap"),
+        default="score",
+        help="intervals: score (problems and samples; default) or the older percentile "
+        "bootstrap over problems",
+    )
+    p.add_argument(
+        "--n-boot", type=_positive_int, default=1000, help="resamples of --method bootstrap"
+    )
     p.add_argument("--level", type=_finite_float, default=0.95, help="confidence level")
 
 
@@ -397,7 +424,7 @@ def _add_report(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "report",
         help="tables and plots of one run",
-        description="PASS@(k,T) table (Markdown, CSV, JSON) with bootstrap CIs over problems, "
+        description="PASS@(k,T) table (Markdown, CSV, JSON) with CIs over problems and samples, "
         "boundary sets, heatmap and pass curves (PNG, SVG).",
         epilog=REPORT_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -413,7 +440,8 @@ def _add_compare(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "compare",
         help="paired comparison of two or more runs",
-        description="Gap pass@k(run) - pass@k(RUN_A) per (k, T) with paired bootstrap CIs, the "
+        description="Gap pass@k(run) - pass@k(RUN_A) per (k, T) with paired CIs over problems and "
+        "samples, cells significant after Holm's correction, one pre-declared headline test, the "
         "crossover k, whether the gap widens with k, boundary sets and Venn counts.",
         epilog=COMPARE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -422,6 +450,18 @@ def _add_compare(subparsers: Any) -> None:
     p.add_argument("--names", metavar="A,B,...", help="run names (default: from the manifests)")
     p.add_argument("--budget", type=int, help="T of the boundary sets (default: largest shared)")
     p.add_argument("--out", metavar="DIR", help="default runs/compare-<time>")
+    p.add_argument(
+        "--repeats",
+        metavar="DIR,...",
+        help="more evaluations of RUN_A's policy with other --seed values: the noise floor; "
+        "differences are called findings only outside it",
+    )
+    p.add_argument(
+        "--headline",
+        metavar="widening@T|gap@K,T",
+        help="the one test declared in advance, read without correction (default: the "
+        "widening gap(k_max) - gap(k_min) at the largest T)",
+    )
     _add_stats_options(p)
     p.set_defaults(func=_cmd_compare)
 

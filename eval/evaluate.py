@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import difflib
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from passkt.agents.policy import Policy, SamplingParams, describe
@@ -43,6 +43,16 @@ from passkt.envs.contract import (
     task_seed,
 )
 from passkt.envs.tasks import Task
+from passkt.eval.chunking import (
+    DEFAULT_CHUNK_EPISODES,
+    DEFAULT_CHUNK_SECONDS,
+    SEEDING,
+    Batching,
+    chunk_seed,
+    default_chunk_tasks,
+    sample_seed,
+    stored_scheme,
+)
 from passkt.eval.estimator import Surface, check_ks, default_ks, surface
 from passkt.eval.outcomes import OutcomeTable
 from passkt.eval.store import RunStore, chunk_bounds, load_run, make_manifest
@@ -50,6 +60,8 @@ from passkt.eval.store import RunStore, chunk_bounds, load_run, make_manifest
 __all__ = [
     "DEFAULT_BUDGETS",
     "DEFAULT_CHUNK_EPISODES",
+    "DEFAULT_CHUNK_SECONDS",
+    "SEEDING",
     "EnvInfo",
     "EvalRun",
     "check_env_id",
@@ -57,6 +69,7 @@ __all__ = [
     "default_chunk_tasks",
     "env_info",
     "evaluate",
+    "sample_seed",
     "select_tasks",
 ]
 
@@ -64,10 +77,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BUDGETS: tuple[int, ...] = (0, 1, 2, 3, 5)
 """The study's T grid."""
-
-DEFAULT_CHUNK_EPISODES = 256
-"""Default chunk size in (task, sample) episodes: ``chunk_tasks = ceil(256 / n)``. Larger chunks
-batch better on a GPU; smaller ones lose less work to a crash."""
 
 _RUNTIME_OPTIONS = frozenset({"device", "batch_size"})
 """Policy options that do not change which samples are drawn (not checked on resume)."""
@@ -191,17 +200,6 @@ MAX_N = 65_536
 in memory, so a mistyped huge n would run out of memory rather than fail."""
 
 
-def default_chunk_tasks(n: int) -> int:
-    """Tasks per chunk so a chunk holds about ``DEFAULT_CHUNK_EPISODES`` episodes."""
-    return max(1, -(-DEFAULT_CHUNK_EPISODES // n))
-
-
-def chunk_seed(seed: int, chunk: int) -> int:
-    """The rollout seed of one chunk: a well-mixed function of the run seed and chunk index."""
-    state = np.random.SeedSequence([int(seed) % 2**63, int(chunk)]).generate_state(1)[0]
-    return int(state) % (2**31 - 1)
-
-
 def _check_budgets(budgets: Sequence[int], info: EnvInfo) -> list[int]:
     grid = sorted({int(b) for b in budgets})
     if not grid or grid[0] < 0:
@@ -289,6 +287,7 @@ def evaluate(
     seed: int = 0,
     params: SamplingParams | None = None,
     chunk_tasks: int | None = None,
+    chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
     share_prefix: bool | None = None,
     progress: bool = True,
     policy_options: Mapping[str, Any] | None = None,
@@ -311,9 +310,12 @@ def evaluate(
         limit: Evaluate only the first ``limit`` tasks (after ``task_ids``).
         out_dir: Run directory for the manifest and ``results.jsonl``; ``None`` keeps nothing.
         resume: Continue the run in ``out_dir``, skipping its finished chunks.
-        seed: Run seed; chunk ``i`` rolls out with ``chunk_seed(seed, i)``.
+        seed: Run seed; sample s of task t draws from ``sample_seed(seed, t, s)``.
         params: Sampling parameters (``params.n`` must stay 1; use ``n``).
-        chunk_tasks: Tasks per chunk (default :func:`default_chunk_tasks`).
+        chunk_tasks: Tasks per stored chunk, the unit of saving and resuming (default 1; a
+            resumed run keeps its own). Chunking never changes which samples are drawn.
+        chunk_seconds: Rollout batches (one or more chunks, at most ``ceil(256 / n)`` tasks) are
+            sized from the measured seconds per task to take about this long.
         share_prefix: Prefix sharing across budgets (default: whenever the env hides its budget).
         progress: Show a progress bar (stderr) with an ETA.
         policy_options: Backend options for a spec (``device=``, ``dtype=`` ...); recorded in the
@@ -339,7 +341,12 @@ def evaluate(
     plan = _plan(env_id, env_kwargs, split, task_ids, limit, n, budgets, ks, share_prefix)
     if resume and out_dir is None:
         raise ValueError("resume=True needs out_dir (the run directory to continue)")
-    chunk_tasks = default_chunk_tasks(n) if chunk_tasks is None else int(chunk_tasks)
+    seeding, stored_chunk = stored_scheme(out_dir, resume)
+    if chunk_tasks is None:
+        chunk_tasks = stored_chunk or (1 if seeding == SEEDING else default_chunk_tasks(n))
+    chunk_tasks = int(chunk_tasks)
+    if chunk_seconds <= 0:
+        raise ValueError(f"chunk_seconds must be > 0, got {chunk_seconds}")
     options = dict(policy_options or {})
     manifest = make_manifest(
         env_id=env_id,
@@ -349,7 +356,7 @@ def evaluate(
         # Where the model runs may change between a crash and its resume; the rest may not.
         policy_options={k: v for k, v in options.items() if k not in _RUNTIME_OPTIONS},
         runtime={k: v for k, v in options.items() if k in _RUNTIME_OPTIONS},
-        sampling=asdict(params),
+        sampling={k: v for k, v in asdict(params).items() if k != "seeds"},
         n=n,
         budgets=plan.budgets,
         seed=seed,
@@ -357,6 +364,7 @@ def evaluate(
         chunk_tasks=chunk_tasks,
         task_ids=plan.task_ids,
         name=name,
+        seeding=seeding,
     )
     # Open (or refuse) the run directory before loading a model, which may take minutes.
     store = None if out_dir is None else RunStore.open(out_dir, manifest, resume=resume)
@@ -387,9 +395,14 @@ def evaluate(
             share_prefix=plan.share_prefix,
             contract=plan.info.contract,
         )
-        records, parts = _run_chunks(
-            policy, env_id, plan.task_ids, bounds, skipped, seed, store, rollout_kwargs, progress
+        adaptive = bool(getattr(policy, "seeds_each_row", False))
+        batching = Batching(
+            seed, seeding == SEEDING, chunk_seconds, default_chunk_tasks(n), adaptive
         )
+        records, parts = _run_chunks(
+            policy, env_id, plan.task_ids, bounds, skipped, batching, store, rollout_kwargs,
+            progress,
+        )  # fmt: skip
         if store is not None:
             _, table = load_run(store.directory, name=manifest["name"])
         else:
@@ -403,7 +416,7 @@ def evaluate(
         stats=_sum_stats(parts),
         out_dir=None if store is None else store.directory,
         manifest=manifest,
-        chunks_run=len(parts),
+        chunks_run=len(bounds) - len(skipped),
         chunks_skipped=len(skipped),
     )
 
@@ -414,35 +427,39 @@ def _run_chunks(
     ids: Sequence[str],
     bounds: Sequence[tuple[int, int]],
     skipped: frozenset[int],
-    seed: int,
+    batching: Batching,
     store: RunStore | None,
     rollout_kwargs: Mapping[str, Any],
     progress: bool,
 ) -> tuple[list[dict[str, Any]], list[RolloutStats]]:
-    """Roll out every unfinished chunk; store it, or keep its outcomes when there is no store."""
+    """Roll out every unfinished chunk, a batch of chunks at a time; store each chunk, or keep
+    its outcomes when there is no store."""
     records: list[dict[str, Any]] = []
     parts: list[RolloutStats] = []
     done = sum(stop - start for i, (start, stop) in enumerate(bounds) if i in skipped)
+    todo = [i for i in range(len(bounds)) if i not in skipped]
     bar = tqdm(
         total=len(ids), initial=done, desc=f"{env_id} tasks", unit="task", disable=not progress
     )
     try:
-        for chunk, (start, stop) in enumerate(bounds):
-            if chunk in skipped:
-                continue
-            result = rollout(  # progress: its own bar of episodes and rounds within the chunk
-                policy,
-                env_id,
-                ids[start:stop],
-                seed=chunk_seed(seed, chunk),
-                progress=progress,
-                **rollout_kwargs,
+        while todo:
+            group = batching.take(todo, bounds)
+            todo = todo[len(group) :]
+            start, stop = bounds[group[0]][0], bounds[group[-1]][1]
+            started = time.perf_counter()
+            seeds = batching.rollout_seeds(ids[start:stop], rollout_kwargs["n"], group[0])
+            result = rollout(  # progress: its own bar of episodes and rounds within the batch
+                policy, env_id, ids[start:stop], progress=progress, **seeds, **rollout_kwargs
             )
+            batching.measured(stop - start, time.perf_counter() - started)
             parts.append(result.stats)
-            if store is not None:
-                store.append_chunk(chunk, [ep.to_record() for ep in result.episodes])
-            else:
-                records.extend({k: getattr(ep, k) for k in _OUTCOME_KEYS} for ep in result.episodes)
+            for chunk in group:  # episodes are task-major: split them back into chunks
+                chunk_ids = set(ids[bounds[chunk][0] : bounds[chunk][1]])
+                episodes = [ep for ep in result.episodes if ep.task_id in chunk_ids]
+                if store is not None:
+                    store.append_chunk(chunk, [ep.to_record() for ep in episodes])
+                else:
+                    records.extend({k: getattr(ep, k) for k in _OUTCOME_KEYS} for ep in episodes)
             bar.update(stop - start)
     finally:
         bar.close()

@@ -13,7 +13,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Report", "write_comparison", "write_report"]
+__all__ = ["METHOD_NOTE", "Report", "write_comparison", "write_report"]
+
+METHOD_NOTE = (
+    "How the intervals are made: the estimate varies with the problems drawn and with the n "
+    "samples drawn per problem. Its variance is taken as the larger of the spread of the "
+    "per-problem estimates over problems (which holds both parts) and the mean within-problem "
+    "sampling variance (a floor that matters when few problems are ever solved). pass@k cells "
+    "get a Wilson score interval at that variance's effective sample size (right near 0 and "
+    "1); gaps, widenings and boundary differences a Student-t interval and test. Gap cells "
+    "are read after Holm's correction over the (k, T) grid; one pre-declared headline test "
+    "is read alone. Assumed: "
+    "problems are independent draws, samples are independent given the problem, and compared "
+    "runs are independent evaluations of the same problems. Calibration by simulation: "
+    "benchmarks/README.md (coverage and A/A false-positive rates).\n"
+)
+"""The method paragraph every report ends with (README: 'Statistics')."""
 
 
 @dataclass(frozen=True)
@@ -29,15 +44,19 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "run"
 
 
-def _boundary_markdown(table: Any) -> str:
-    from passkt.eval.stats import boundary_set
+def _boundary_markdown(table: Any, level: float = 0.95) -> str:
+    from passkt.eval.boundary import boundary_size_interval
 
     header = "| T | " + " | ".join(str(t) for t in table.budgets) + " |"
     rule = "|---:|" + "|".join("---:" for _ in table.budgets) + "|"
-    sizes = [str(len(boundary_set(table, t))) for t in table.budgets]
+    sizes = []
+    for t in table.budgets:
+        size, lower, upper = boundary_size_interval(table, t, level)
+        sizes.append(f"{size} [{lower:.1f}, {upper:.1f}]")
     return (
         f"Boundary set (problems solved at least once in n = {table.n}) of "
-        f"{table.num_tasks} problems\n\n{header}\n{rule}\n| solved | " + " | ".join(sizes) + " |\n"
+        f"{table.num_tasks} problems, with its {level:.0%} CI over problems and samples\n\n"
+        f"{header}\n{rule}\n| solved | " + " | ".join(sizes) + " |\n"
     )
 
 
@@ -50,6 +69,7 @@ def write_report(
     level: float = 0.95,
     seed: int = 0,
     partial: bool = False,
+    method: str = "score",
 ) -> Report:
     """Surface tables (Markdown, CSV, JSON) with bootstrap CIs and plots of one run.
 
@@ -58,16 +78,15 @@ def write_report(
     """
     from passkt.eval.estimator import surface
     from passkt.eval.plots import plot_pass_curves, plot_surface_heatmap
-    from passkt.eval.stats import bootstrap_surface
     from passkt.eval.store import load_run
     from passkt.eval.tables import surface_markdown, write_surface_tables
 
     manifest, table = load_run(run_dir, partial=partial)
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "report"
     surf = surface(table, ks)
-    ci = bootstrap_surface(surf, n_boot=n_boot, level=level, seed=seed)
+    ci = _surface_ci(surf, table, method, n_boot, level, seed)
     files = list(write_surface_tables(surf, ci, out, "surface").values())
-    boundary = _boundary_markdown(table)
+    boundary = _boundary_markdown(table, level)
     (out / "boundary.md").write_text(boundary, encoding="utf-8", errors="backslashreplace")
     files.append(out / "boundary.md")
     files += plot_surface_heatmap(surf, out / "heatmap")
@@ -76,12 +95,61 @@ def write_report(
     markdown = (
         f"{surface_markdown(surf, ci)}\n{boundary}\n"
         f"env {manifest['env_id']} ({kwargs}, split {manifest['split']}), "
-        f"policy {manifest['policy']}, seed {manifest['seed']}\n"
+        f"policy {manifest['policy']}, seed {manifest['seed']}\n\n{METHOD_NOTE}"
     )
     summary = markdown + "\n![PASS@(k,T) heatmap](heatmap.png)\n\n![pass curves](pass_curves.png)\n"
     (out / "report.md").write_text(summary, encoding="utf-8", errors="backslashreplace")
     files.append(out / "report.md")
     return Report(markdown, out, tuple(files))
+
+
+def _surface_ci(surf: Any, table: Any, method: str, n_boot: int, level: float, seed: int) -> Any:
+    from passkt.eval.stats import bootstrap_surface, surface_interval
+
+    if method == "bootstrap":
+        return bootstrap_surface(surf, n_boot=n_boot, level=level, seed=seed)
+    if method != "score":
+        raise ValueError(f"method must be 'score' or 'bootstrap', got {method!r}")
+    return surface_interval(surf, table.select_budgets(surf.budgets).counts(), level)
+
+
+_SAME_POLICY = ("env_id", "env_kwargs", "split", "policy", "policy_options", "sampling", "n")
+"""Manifest fields a repeated evaluation must share with the reference run."""
+
+
+def _floor(
+    ref_dir: Path,
+    ref: tuple[dict, Any],
+    ref_table: Any,
+    repeats: Sequence[str | Path],
+    ks: Sequence[int],
+    budgets: Sequence[int],
+    budget: int,
+) -> Any:
+    """The noise floor of the reference and its repeats (``None`` without repeats)."""
+    from passkt.eval.noise import noise_floor
+    from passkt.eval.store import load_run
+
+    if not repeats:
+        return None
+    manifest = ref[0]
+    tables, seeds = [ref_table], [manifest["seed"]]
+    for directory in map(Path, repeats):
+        other, table = load_run(directory)
+        for key in _SAME_POLICY:
+            if other.get(key) != manifest.get(key):
+                raise ValueError(
+                    f"--repeats {directory}: {key} is {other.get(key)!r} but {ref_dir} has "
+                    f"{manifest.get(key)!r}; a repeat must evaluate the same policy the same way"
+                )
+        if other["seed"] in seeds:
+            raise ValueError(
+                f"--repeats {directory}: evaluation seed {other['seed']} was already used "
+                f"({ref_dir} and repeats must differ); rerun `passkt eval` with another --seed"
+            )
+        seeds.append(other["seed"])
+        tables.append(table.with_name(f"{ref_table.name} (seed {other['seed']})"))
+    return noise_floor(tables, ks, budgets, budget)
 
 
 def _run_names(run_dirs: Sequence[Path], manifests: Sequence[dict], names: Sequence[str] | None):
@@ -110,8 +178,16 @@ def write_comparison(
     n_boot: int = 1000,
     level: float = 0.95,
     seed: int = 0,
+    method: str = "score",
+    headline: str | None = None,
+    repeats: Sequence[str | Path] = (),
 ) -> Report:
     """Paired comparison of runs 2.. against run 1: gap tables and plots, boundary sets, Venn.
+
+    ``repeats`` are more evaluations of run 1's policy with other evaluation seeds (everything
+    else equal): they make the noise floor (``noise_floor.{md,json}``), and each comparison then
+    says which of its differences are findings outside it (:mod:`passkt.eval.noise`). Without
+    repeats no difference is called a finding.
 
     For every later run ``b``: ``gap_<b>_vs_<a>.{md,csv,json,png,svg}`` (gap per (k, T) with a
     paired bootstrap CI, crossover k, whether the gap widens) and ``boundary_<b>_vs_<a>.md``;
@@ -119,10 +195,12 @@ def write_comparison(
     """
     from passkt.eval.analysis.boundary_report import boundary_summary
     from passkt.eval.estimator import default_ks, surface
+    from passkt.eval.noise import findings
     from passkt.eval.plots import plot_boundary_venn, plot_gap, plot_pass_curves
-    from passkt.eval.stats import bootstrap_surface, boundary_comparison, compare, venn
+    from passkt.eval.stats import boundary_comparison, boundary_difference, compare, venn
     from passkt.eval.store import load_run
     from passkt.eval.tables import (
+        boundary_difference_markdown,
         boundary_markdown,
         comparison_csv,
         comparison_json,
@@ -144,6 +222,7 @@ def write_comparison(
     if t_bound not in shared_t:
         raise ValueError(f"--budget {budget} was not evaluated by every run; shared: {shared_t}")
     ks = tuple(ks) if ks is not None else default_ks(min(t.n for t in tables))
+    floor = _floor(dirs[0], loaded[0], tables[0], repeats, ks, shared_t, t_bound)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
@@ -153,12 +232,25 @@ def write_comparison(
         (out / name).write_text(text, encoding="utf-8", errors="backslashreplace")
         files.append(out / name)
 
+    if floor is not None:
+        parts.append(floor.to_markdown())
+        write("noise_floor.md", parts[-1])
+        write("noise_floor.json", json.dumps(floor.to_dict(), indent=2) + "\n")
+    else:
+        parts.append(
+            "No noise floor: without repeated evaluations of the reference (`--repeats`), no "
+            "difference below is called a finding.\n"
+        )
     a = tables[0]
     for b in tables[1:]:
         stem = f"{_slug(b.name)}_vs_{_slug(a.name)}"
-        cmp = compare(a, b, ks=ks, budgets=shared_t, n_boot=n_boot, seed=seed, level=level)
+        cmp = compare(a, b, ks, shared_t, n_boot, seed, level, method, headline)  # type: ignore[arg-type]
         bc = boundary_comparison(a, b, t_bound)
-        parts += [comparison_markdown(cmp), boundary_markdown(bc)]
+        bd = boundary_difference(a, b, t_bound, level)
+        boundary = boundary_difference_markdown(bd) + "\n" + boundary_markdown(bc)
+        if floor is not None:
+            boundary += "\n" + findings(cmp, floor, bd, len(bc.only_b)).to_markdown(b.name, a.name)
+        parts += [comparison_markdown(cmp), boundary]
         write(f"gap_{stem}.md", parts[-2])
         write(f"gap_{stem}.csv", comparison_csv(cmp))
         write(f"gap_{stem}.json", comparison_json(cmp))
@@ -167,7 +259,7 @@ def write_comparison(
     curves = {}
     for t in tables:
         surf = surface(t.select_budgets(shared_t), ks)
-        curves[t.name] = (surf, bootstrap_surface(surf, n_boot=n_boot, level=level, seed=seed))
+        curves[t.name] = (surf, _surface_ci(surf, t, method, n_boot, level, seed))
     files += plot_pass_curves(curves, out / "pass_curves")
     if len(tables) <= 3:
         v = venn(tables, t_bound)
@@ -180,6 +272,7 @@ def write_comparison(
     parts.append(summary.to_markdown(only_one_lists=len(tables) > 3))
     write("boundary_summary.md", parts[-1])
     write("boundary_summary.json", json.dumps(summary.to_dict(), indent=2) + "\n")
+    parts.append(METHOD_NOTE)
     markdown = "\n".join(parts)
     write("report.md", markdown)
     return Report(markdown, out, tuple(files))

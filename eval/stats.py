@@ -1,9 +1,13 @@
 """Statistics over PASS@(k,T) surfaces: bootstrap CIs, paired comparisons, boundary sets.
 
-Uncertainty comes from the finite set of problems, so every interval here is a percentile
-bootstrap over problems (tasks resampled with replacement; the per-problem pass@k values are
-computed once and each resample is a weighted mean, so 1000 resamples cost one matrix product).
-Comparisons of two runs are paired: each resample draws the same tasks for both runs.
+Uncertainty has two sources, the problems drawn and the n samples drawn per problem; the default
+intervals (``method="score"``) count both, as :mod:`passkt.eval.intervals` explains: surface cells
+get a design-effect Wilson interval, gaps and widenings a normal interval and z-test, each with a
+variance no smaller than the within-problem sampling variance. ``method="bootstrap"`` keeps the
+older percentile bootstrap over problems (tasks resampled with replacement; each resample is a
+weighted mean, so 1000 resamples cost one matrix product), which undercovers cells near 0 or 1.
+Comparisons of two runs are paired: the same tasks for both runs. The gap's p-values are adjusted
+over the whole (k, T) grid with Holm's method; one pre-declared headline test is reported apart.
 
 Definitions used throughout:
 
@@ -14,44 +18,62 @@ Definitions used throughout:
   the smallest k. We report both the bracketing grid pair ``(k_lo, k_hi)`` and a k interpolated
   linearly in ``log2 k`` between them (where the straight line through the two gaps hits 0).
 - **widening** at T: ``gap(k_max) - gap(k_min)`` (k_min = 1 and k_max = n on the default grid);
-  ``widens`` is true when its paired-bootstrap CI lies entirely above 0.
+  ``widens`` is true when it is positive and significant after Holm's correction over the T's.
+- **crossover range** at T: the grid bracket that holds the crossover at the CI level: from the last
+  k (of the leading run of k's) whose gap CI lies on the starting side, to the first later k whose
+  CI lies on the opposite side (``None``: not reached on the grid).
+- **headline**: one test named before looking (default the widening at the largest T), read at
+  the nominal level without correction, because it is the single question asked.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from passkt.eval.boundary import (
     BoundaryComparison,
+    BoundaryDifference,
     Venn,
     _shared_tasks,
     boundary_comparison,
+    boundary_difference,
     boundary_set,
     venn,
 )
+from passkt.eval.crossover import (
+    Crossover,
+    Headline,
+    find_crossover,
+    parse_headline,
+    with_significance,
+)
 from passkt.eval.estimator import Surface, check_ks, default_ks, pass_at_k_array, surface
+from passkt.eval.intervals import holm, paired_gap_intervals, pass_at_k_interval
 from passkt.eval.outcomes import OutcomeTable, Record, freeze_arrays
 
 __all__ = [
     "BoundaryComparison",
+    "BoundaryDifference",
     "Comparison",
     "Crossover",
+    "Headline",
     "SurfaceCI",
     "Venn",
     "bootstrap_means",
     "bootstrap_surface",
     "boundary_comparison",
+    "boundary_difference",
     "boundary_set",
     "compare",
     "find_crossover",
     "saturation_depth",
+    "surface_interval",
     "venn",
 ]
 
@@ -59,6 +81,16 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_N_BOOT = 1000
 DEFAULT_LEVEL = 0.95
+
+Method = Literal["score", "bootstrap"]
+"""``score``: intervals with both variance sources (default); ``bootstrap``: the older percentile
+bootstrap over problems, kept to measure it against (``benchmarks/calibration.py``)."""
+
+METHOD_TEXT = {
+    "score": "interval over problems and samples (design-effect Wilson for pass@k, Student t for "
+    "gaps; variance at least the within-problem sampling variance)",
+    "bootstrap": "percentile bootstrap over problems",
+}
 
 
 def _check_boot(n_boot: int, level: float) -> None:
@@ -116,6 +148,8 @@ class SurfaceCI(Record):
         n_boot: Bootstrap resamples.
         seed: Seed of the resampling.
         num_tasks: Problems resampled.
+        method: ``"score"`` or ``"bootstrap"`` (see :data:`METHOD_TEXT`); the score method
+            draws nothing, so its ``n_boot`` is 0 and ``seed`` is ``None``.
     """
 
     name: str
@@ -128,6 +162,7 @@ class SurfaceCI(Record):
     n_boot: int
     seed: int | None
     num_tasks: int
+    method: str = "bootstrap"
 
     def __post_init__(self) -> None:
         freeze_arrays(self, "estimate", "lower", "upper")
@@ -154,65 +189,28 @@ def bootstrap_surface(
     return SurfaceCI(*args, num_tasks=surf.num_tasks)
 
 
+def surface_interval(surf: Surface, counts: np.ndarray, level: float = DEFAULT_LEVEL) -> SurfaceCI:
+    """CIs with both variance sources for every (k, T) of a surface (``method="score"``).
+
+    Args:
+        surf: The surface.
+        counts: The run's correct counts ``(num_tasks, len(surf.budgets))`` in the surface's task
+            order (``table.counts()`` of the table the surface was made from).
+        level: Confidence level (default 0.95).
+    """
+    _check_boot(1, level)
+    counts = np.asarray(counts)
+    if counts.shape != (surf.num_tasks, len(surf.budgets)):
+        raise ValueError(
+            f"counts must have shape {(surf.num_tasks, len(surf.budgets))} (tasks, budgets), "
+            f"got {counts.shape}; pass table.counts() of the surface's table"
+        )
+    _, lower, upper = pass_at_k_interval(counts, surf.n, surf.ks, level)
+    args = (surf.name, surf.ks, surf.budgets, surf.values, lower, upper, level, 0, None)
+    return SurfaceCI(*args, num_tasks=surf.num_tasks, method="score")
+
+
 # ---------------------------------------------------------------------- paired comparison
-
-
-@dataclass(frozen=True)
-class Crossover(Record):
-    """Where the gap first changes sign along k at one budget.
-
-    Attributes:
-        budget: The T.
-        sign_at_k_min: Sign of the gap at the smallest k (-1, 0 or +1).
-        k: Crossover k interpolated linearly in log2 k between the bracketing grid points, or
-            ``None`` when the sign never flips (or the gap at the smallest k is 0).
-        bracket: ``(k_lo, k_hi)``: the last grid k with the starting sign (or a zero gap) and
-            the first with the opposite sign; ``None`` when there is no crossover.
-        significant: Set by :func:`compare`: the gap's CI excludes 0 on the starting side at
-            the smallest k and on the opposite side at some k >= k_hi, so the curves really
-            cross rather than wobble around each other within noise.
-    """
-
-    budget: int
-    sign_at_k_min: int
-    k: float | None
-    bracket: tuple[int, int] | None
-    significant: bool = False
-
-
-def find_crossover(
-    ks: Sequence[int], gap: Sequence[float], budget: int = 0, tol: float = 1e-12
-) -> Crossover:
-    """The first sign change of ``gap`` along ``ks`` relative to its sign at ``ks[0]``.
-
-    Gaps within ``tol`` of 0 count as 0: a zero gap neither starts nor completes a crossover.
-    """
-    gap = np.asarray(gap, dtype=np.float64)
-    signs = np.where(np.abs(gap) <= tol, 0, np.sign(gap)).astype(int)
-    start = int(signs[0])
-    if start == 0:
-        return Crossover(int(budget), 0, None, None)
-    flipped = np.flatnonzero(signs == -start)
-    if flipped.size == 0:
-        return Crossover(int(budget), start, None, None)
-    j = int(flipped[0])
-    g_lo, g_hi = float(gap[j - 1]), float(gap[j])
-    x_lo, x_hi = math.log2(ks[j - 1]), math.log2(ks[j])
-    frac = g_lo / (g_lo - g_hi)  # in [0, 1): g_lo has the start sign or is 0, g_hi the opposite
-    k_cross = 2.0 ** (x_lo + frac * (x_hi - x_lo))
-    return Crossover(int(budget), start, k_cross, (int(ks[j - 1]), int(ks[j])))
-
-
-def _with_significance(
-    cross: Crossover, ks: Sequence[int], lower: np.ndarray, upper: np.ndarray
-) -> Crossover:
-    if cross.bracket is None:
-        return cross
-    start = cross.sign_at_k_min
-    before = upper[0] < 0 if start < 0 else lower[0] > 0
-    after_idx = ks.index(cross.bracket[1])
-    after = np.any(lower[after_idx:] > 0) if start < 0 else np.any(upper[after_idx:] < 0)
-    return dataclasses.replace(cross, significant=bool(before and after))
 
 
 @dataclass(frozen=True, eq=False)
@@ -228,16 +226,23 @@ class Comparison(Record):
         surface_a: Mean pass@k of a, ``(len(ks), len(budgets))``.
         surface_b: Mean pass@k of b.
         gap: ``surface_b - surface_a``.
-        gap_lower: Lower paired-bootstrap CI bound of the gap.
+        gap_lower: Lower paired CI bound of the gap (per cell, not adjusted).
         gap_upper: Upper bound.
         crossovers: One :class:`Crossover` per budget.
         widening: ``gap[k_max] - gap[k_min]`` per budget, shape ``(len(budgets),)``.
-        widening_lower: Lower paired-bootstrap CI bound of the widening.
+        widening_lower: Lower paired CI bound of the widening.
         widening_upper: Upper bound.
-        widens: Per budget: whether the widening's CI lies entirely above 0.
+        widens: Per budget: whether the widening is positive and significant after Holm's
+            correction over the T's.
         level: Confidence level.
-        n_boot: Bootstrap resamples.
+        n_boot: Bootstrap resamples (0 for the score method).
         seed: Seed of the resampling.
+        method: ``"score"`` or ``"bootstrap"``.
+        gap_p: Two-sided p-value of each gap cell against 0.
+        gap_p_holm: ``gap_p`` adjusted with Holm's method over the whole (k, T) grid.
+        widening_p: p-value of each T's widening.
+        widening_p_holm: ``widening_p`` adjusted with Holm's method over the T's.
+        headline: The pre-declared :class:`Headline` test.
     """
 
     name_a: str
@@ -258,10 +263,22 @@ class Comparison(Record):
     level: float
     n_boot: int
     seed: int | None
+    method: str
+    gap_p: np.ndarray
+    gap_p_holm: np.ndarray
+    widening_p: np.ndarray
+    widening_p_holm: np.ndarray
+    headline: Headline
 
     def __post_init__(self) -> None:
-        arrays = ("surface_a", "surface_b", "gap", "gap_lower", "gap_upper")
-        freeze_arrays(self, *arrays, "widening", "widening_lower", "widening_upper")
+        arrays = ("surface_a", "surface_b", "gap", "gap_lower", "gap_upper", "gap_p", "gap_p_holm")
+        widening = ("widening", "widening_lower", "widening_upper", "widening_p", "widening_p_holm")
+        freeze_arrays(self, *arrays, *widening)
+
+    @property
+    def significant(self) -> np.ndarray:
+        """Per (k, T) cell: whether the gap is significant after Holm's correction."""
+        return self.gap_p_holm < 1.0 - self.level
 
     def crossover_at(self, budget: int) -> Crossover:
         """The crossover at budget ``T``."""
@@ -291,6 +308,13 @@ def _compare_grid(
     return ks, budgets
 
 
+def _bootstrap_p(replicates: np.ndarray) -> np.ndarray:
+    """Two-sided bootstrap p-value against 0: twice the smaller share of replicates past 0."""
+    below = (replicates <= 0).mean(axis=0)
+    above = (replicates >= 0).mean(axis=0)
+    return np.minimum(1.0, 2 * np.minimum(below, above))
+
+
 def compare(
     a: OutcomeTable,
     b: OutcomeTable,
@@ -299,6 +323,8 @@ def compare(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int | None = 0,
     level: float = DEFAULT_LEVEL,
+    method: Method = "score",
+    headline: str | None = None,
 ) -> Comparison:
     """Paired comparison of ``b`` against ``a`` on their shared tasks.
 
@@ -307,29 +333,61 @@ def compare(
         b: Run compared with it (e.g. RL); gaps are ``b - a``.
         ks: k grid; default :func:`default_ks` of ``min(a.n, b.n)``.
         budgets: T grid; default the budgets both runs evaluated.
-        n_boot: Bootstrap resamples; each draws the same tasks for both runs.
-        seed: Seed of the resampling.
-        level: Confidence level of the percentile intervals.
+        n_boot: Bootstrap resamples (``method="bootstrap"`` only); each draws the same tasks for
+            both runs.
+        seed: Seed of the resampling (``method="bootstrap"`` only).
+        level: Confidence level of the intervals; also the family-wise level of the Holm
+            correction and the level of the headline test.
+        method: ``"score"`` (both variance sources; see :mod:`passkt.eval.intervals`) or
+            ``"bootstrap"`` (the older percentile bootstrap over problems).
+        headline: The pre-declared test, ``"widening@T"`` or ``"gap@K,T"`` (default: the
+            widening at the largest T).
 
     Returns:
-        A :class:`Comparison` with the gap and its CI per (k, T), the crossover per T and the
-        widening ``gap(k_max) - gap(k_min)`` per T with its CI and the ``widens`` verdict.
+        A :class:`Comparison` with the gap, its CI and p-values (raw and Holm-adjusted) per
+        (k, T), the crossover per T and the widening ``gap(k_max) - gap(k_min)`` per T with its
+        CI and the ``widens`` verdict, and the headline test.
     """
     _check_boot(n_boot, level)
+    if method not in METHOD_TEXT:
+        raise ValueError(f"method must be one of {sorted(METHOD_TEXT)}, got {method!r}")
     ks, budgets = _compare_grid(a, b, ks, budgets)
+    kind, head_k, head_t = parse_headline(headline, ks, budgets)
     shared = _shared_tasks([a, b])
-    surf_a = surface(a.select(shared).select_budgets(budgets), ks)
-    surf_b = surface(b.select(shared).select_budgets(budgets), ks)
+    sub_a = a.select(shared).select_budgets(budgets)
+    sub_b = b.select(shared).select_budgets(budgets)
+    surf_a, surf_b = surface(sub_a, ks), surface(sub_b, ks)
     diff = surf_b.per_problem - surf_a.per_problem  # (P, K, T)
-    replicates = bootstrap_means(diff, n_boot, seed)  # (B, K, T)
-    gap_lower, gap_upper = _percentile_ci(replicates, level)
-    gap = diff.mean(axis=0)
-    widening_reps = replicates[:, -1, :] - replicates[:, 0, :]  # (B, T)
-    widening_lower, widening_upper = _percentile_ci(widening_reps, level)
+    if method == "score":
+        g = paired_gap_intervals(sub_a.counts(), sub_a.n, sub_b.counts(), sub_b.n, ks, level)
+        gap, gap_lower, gap_upper, gap_p = g.gap, g.gap_lower, g.gap_upper, g.gap_p
+        widening_lower, widening_upper, widening_p = (
+            g.widening_lower,
+            g.widening_upper,
+            (g.widening_p),
+        )
+    else:
+        replicates = bootstrap_means(diff, n_boot, seed)  # (B, K, T)
+        gap_lower, gap_upper = _percentile_ci(replicates, level)
+        widening_reps = replicates[:, -1, :] - replicates[:, 0, :]  # (B, T)
+        widening_lower, widening_upper = _percentile_ci(widening_reps, level)
+        gap, gap_p, widening_p = (
+            diff.mean(axis=0),
+            _bootstrap_p(replicates),
+            _bootstrap_p(widening_reps),
+        )
     crossovers = tuple(
-        _with_significance(find_crossover(ks, gap[:, j], t), ks, gap_lower[:, j], gap_upper[:, j])
+        with_significance(find_crossover(ks, gap[:, j], t), ks, gap_lower[:, j], gap_upper[:, j])
         for j, t in enumerate(budgets)
     )
+    widening = gap[-1] - gap[0]
+    j = budgets.index(head_t)
+    if kind == "widening":
+        cell = (widening[j], widening_lower[j], widening_upper[j], widening_p[j])
+    else:
+        i = ks.index(head_k)
+        cell = (gap[i, j], gap_lower[i, j], gap_upper[i, j], gap_p[i, j])
+    head = Headline(kind, head_t, head_k, *map(float, cell), bool(cell[3] < 1 - level))
     return Comparison(
         name_a=a.name,
         name_b=b.name,
@@ -342,13 +400,21 @@ def compare(
         gap_lower=gap_lower,
         gap_upper=gap_upper,
         crossovers=crossovers,
-        widening=gap[-1] - gap[0],
+        widening=widening,
         widening_lower=widening_lower,
         widening_upper=widening_upper,
-        widens=tuple(bool(lo > 0) for lo in widening_lower),
+        widens=tuple(
+            bool(w > 0 and p < 1 - level) for w, p in zip(widening, holm(widening_p), strict=True)
+        ),
         level=level,
-        n_boot=n_boot,
-        seed=seed,
+        n_boot=n_boot if method == "bootstrap" else 0,
+        seed=seed if method == "bootstrap" else None,
+        method=method,
+        gap_p=gap_p,
+        gap_p_holm=holm(gap_p),
+        widening_p=widening_p,
+        widening_p_holm=holm(widening_p),
+        headline=head,
     )
 
 

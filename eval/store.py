@@ -76,6 +76,7 @@ MATCH_KEYS: tuple[str, ...] = (
     "share_prefix",
     "chunk_tasks",
     "task_ids",
+    "seeding",
 )
 """Manifest keys that decide which samples a run draws: a resumed run must match all of them."""
 
@@ -154,6 +155,7 @@ def make_manifest(
     task_ids: Sequence[str],
     name: str | None = None,
     runtime: Mapping[str, Any] | None = None,
+    seeding: str | None = "per-sample",
 ) -> dict[str, Any]:
     """The manifest of a run: the request (``MATCH_KEYS``) plus provenance.
 
@@ -172,6 +174,8 @@ def make_manifest(
         task_ids: The tasks, in run order.
         name: Run name used in tables and legends (default: the policy).
         runtime: Options that do not change the samples (``device=``); recorded, not checked.
+        seeding: How samples are seeded (``passkt.eval.evaluate.SEEDING``); ``None`` for a run
+            made before the key existed (its chunks are seeded from their index).
 
     Raises:
         ValueError: when an option looks like a secret (``api_key``, ``token``, ...), which the
@@ -200,6 +204,7 @@ def make_manifest(
         "share_prefix": bool(share_prefix),
         "chunk_tasks": int(chunk_tasks),
         "task_ids": list(task_ids),
+        **({} if seeding is None else {"seeding": seeding}),
         "num_tasks": len(task_ids),
         "num_chunks": len(chunk_bounds(len(task_ids), chunk_tasks)),
         "versions": _package_versions(),
@@ -312,7 +317,8 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise RunDirError(f"{path}: not valid JSON ({e}); the manifest is corrupt") from e
-    missing = [k for k in (*MATCH_KEYS, "num_chunks") if k not in manifest]
+    # Runs made before per-sample seeding have no "seeding" key; they resume seeded per chunk.
+    missing = [k for k in (*MATCH_KEYS, "num_chunks") if k not in manifest and k != "seeding"]
     if missing or manifest.get("format") != FORMAT_VERSION:
         raise RunDirError(
             f"{path}: not a passkt manifest of format {FORMAT_VERSION} "

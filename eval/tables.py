@@ -18,9 +18,17 @@ from pathlib import Path
 import numpy as np
 
 from passkt.eval.estimator import Surface
-from passkt.eval.stats import BoundaryComparison, Comparison, SurfaceCI, Venn
+from passkt.eval.stats import (
+    METHOD_TEXT,
+    BoundaryComparison,
+    BoundaryDifference,
+    Comparison,
+    SurfaceCI,
+    Venn,
+)
 
 __all__ = [
+    "boundary_difference_markdown",
     "boundary_markdown",
     "comparison_csv",
     "comparison_json",
@@ -87,6 +95,7 @@ def _grid_markdown(
     upper: np.ndarray | None,
     digits: int,
     sign: bool = False,
+    marks: np.ndarray | None = None,
 ) -> str:
     shown = markdown_k_columns(ks)
     header = ["T \\ k", *(str(ks[i]) for i in shown)]
@@ -100,6 +109,7 @@ def _grid_markdown(
                 digits,
                 sign,
             )
+            + ("*" if marks is not None and marks[i, j] else "")
             for i in shown
         ]
         rows.append([str(t), *cells])
@@ -109,12 +119,16 @@ def _grid_markdown(
 # ---------------------------------------------------------------------- surface
 
 
+def _method_text(method: str, n_boot: int) -> str:
+    return METHOD_TEXT[method] + (f", {n_boot} resamples" if method == "bootstrap" else "")
+
+
 def surface_markdown(surf: Surface, ci: SurfaceCI | None = None, digits: int = 3) -> str:
     """PASS@(k,T) as a Markdown table: rows T, columns k, cells ``0.412 [0.37, 0.45]``."""
     _check_ci(surf, ci)
     caption = (
         f"PASS@(k,T) of **{surf.name}**: {surf.num_tasks} problems, n = {surf.n}"
-        + ("" if ci is None else f", {ci.level:.0%} bootstrap CI over problems ({ci.n_boot})")
+        + ("" if ci is None else f", {ci.level:.0%} CI: {_method_text(ci.method, ci.n_boot)}")
         + "\n\n"
     )
     return caption + _grid_markdown(
@@ -152,6 +166,7 @@ def surface_json(surf: Surface, ci: SurfaceCI | None = None) -> str:
         data.update(
             lower=ci.lower.tolist(),
             upper=ci.upper.tolist(),
+            method=ci.method,
             level=ci.level,
             n_boot=ci.n_boot,
             seed=ci.seed,
@@ -190,24 +205,44 @@ def _fmt_k(k: float | None) -> str:
     return f"{k:.1f}" if not math.isclose(k, round(k)) else str(round(k))
 
 
+def _fmt_range(k_range: tuple[int | None, int | None] | None) -> str:
+    """``4-16``; ``?`` for an end the grid does not resolve at the CI level."""
+    if k_range is None:
+        return "-"
+    return "-".join("?" if k is None else str(k) for k in k_range)
+
+
 def comparison_markdown(cmp: Comparison, digits: int = 3) -> str:
-    """The gap table (rows T, columns k, ``+0.041 [0.01, 0.07]``) and a per-T summary."""
+    """The gap table (rows T, columns k, ``+0.041 [0.01, 0.07]``), the headline test and a
+    per-T summary; ``*`` marks cells significant after Holm's correction over the grid."""
+    alpha = 1 - cmp.level
     title = (
         f"Gap PASS@(k,T) **{cmp.name_b} - {cmp.name_a}** on {len(cmp.task_ids)} shared problems "
-        f"({cmp.level:.0%} paired bootstrap CI, {cmp.n_boot} resamples)\n\n"
+        f"({cmp.level:.0%} paired CI: {_method_text(cmp.method, cmp.n_boot)}). "
+        f"`*`: significant after Holm's correction over all {cmp.gap.size} (k, T) cells "
+        f"(family-wise level {alpha:.2g}); "
+        f"{int(cmp.significant.sum())} of {cmp.gap.size} cells are.\n\n"
     )
     gap_table = _grid_markdown(
-        cmp.ks, cmp.budgets, cmp.gap, cmp.gap_lower, cmp.gap_upper, digits, sign=True
+        cmp.ks, cmp.budgets, cmp.gap, cmp.gap_lower, cmp.gap_upper, digits, True, cmp.significant
+    )
+    head = cmp.headline
+    headline = (
+        f"\n**Headline test** (declared before the data, one test, level {alpha:.2g}): "
+        f"{head.label} = "
+        f"{_cell(head.estimate, head.lower, head.upper, digits, sign=True)}, p = {head.p_value:.3g}"
+        f" -> {'significant' if head.significant else 'not significant'}.\n\n"
     )
     k_lo, k_hi = cmp.ks[0], cmp.ks[-1]
     header = [
         "T",
         "crossover k",
         "bracket",
+        f"k range ({cmp.level:.0%})",
         "crossing significant",
         f"gap k={k_lo}",
         f"gap k={k_hi}",
-        f"widening (k={k_hi} - k={k_lo})",
+        f"widening (k={k_hi} - k={k_lo}), `*` Holm over T",
         "widens",
     ]
     rows = []
@@ -218,6 +253,7 @@ def comparison_markdown(cmp: Comparison, digits: int = 3) -> str:
                 str(t),
                 _fmt_k(cross.k),
                 "-" if cross.bracket is None else f"{cross.bracket[0]}-{cross.bracket[1]}",
+                _fmt_range(cross.k_range),
                 "-" if cross.bracket is None else ("yes" if cross.significant else "no"),
                 f"{cmp.gap[0, j]:+.{digits}f}",
                 f"{cmp.gap[-1, j]:+.{digits}f}",
@@ -227,16 +263,21 @@ def comparison_markdown(cmp: Comparison, digits: int = 3) -> str:
                     float(cmp.widening_upper[j]),
                     digits,
                     sign=True,
-                ),
+                )
+                + ("*" if cmp.widening_p_holm[j] < alpha else ""),
                 "yes" if cmp.widens[j] else "no",
             ]
         )
-    return title + gap_table + "\n" + _markdown(header, rows)
+    note = (
+        f"\nk range: the grid k's between which the crossover lies at the {cmp.level:.0%} level "
+        "(`?`: not resolved on the grid).\n"
+    )
+    return title + gap_table + headline + _markdown(header, rows) + note
 
 
 def comparison_csv(cmp: Comparison) -> str:
     """The gap in long form: one row per (T, k) with the CI, both surfaces and the crossover."""
-    header = ["T", "k", "pass_a", "pass_b", "gap", "gap_lower", "gap_upper"]
+    header = ["T", "k", "pass_a", "pass_b", "gap", "gap_lower", "gap_upper", "p", "p_holm"]
     rows = []
     for j, t in enumerate(cmp.budgets):
         for i, k in enumerate(cmp.ks):
@@ -249,6 +290,8 @@ def comparison_csv(cmp: Comparison) -> str:
                     repr(float(cmp.gap[i, j])),
                     repr(float(cmp.gap_lower[i, j])),
                     repr(float(cmp.gap_upper[i, j])),
+                    repr(float(cmp.gap_p[i, j])),
+                    repr(float(cmp.gap_p_holm[i, j])),
                 ]
             )
     return _csv(header, rows)
@@ -283,6 +326,21 @@ def boundary_markdown(bc: BoundaryComparison, max_ids: int = 20) -> str:
         + "\n\n"
     )
     return intro + _markdown(header, rows, align="lrl")
+
+
+def boundary_difference_markdown(bd: BoundaryDifference) -> str:
+    """One line: both boundary sizes and their difference, each with its CI."""
+
+    def sized(value: float, lower: float, upper: float, sign: bool = False) -> str:
+        return f"{value:{'+' if sign else ''}d} [{lower:.1f}, {upper:.1f}]"
+
+    return (
+        f"Boundary sizes at T = {bd.budget} ({bd.level:.0%} CI over problems and samples, of "
+        f"{bd.num_tasks}): **{bd.name_a}** {sized(bd.size_a, bd.size_a_lower, bd.size_a_upper)}, "
+        f"**{bd.name_b}** {sized(bd.size_b, bd.size_b_lower, bd.size_b_upper)}; difference "
+        f"{sized(bd.difference, bd.difference_lower, bd.difference_upper, True)}, "
+        f"p = {bd.p_value:.3g}\n"
+    )
 
 
 def venn_markdown(v: Venn, max_ids: int = 20) -> str:

@@ -51,7 +51,8 @@ def make_comparison(study: Study, cat: str, seed: int) -> dict[str, Any]:
     out = study.compare_dir(cat, seed)
     runs = _runs(study, cat, seed)
     boot = {"n_boot": stats["n_boot"], "level": stats["level"], "seed": 0}
-    write_comparison(list(runs.values()), out, ks=study.ks(), **boot)
+    repeats = study.base_eval_dirs(cat)[1:]
+    write_comparison(list(runs.values()), out, ks=study.ks(), repeats=repeats, **boot)
     for role, folder in runs.items():
         write_report(folder, out / f"surface_{role}", ks=study.ks(), **boot)
     metrics = comparison_metrics(study, cat, seed)
@@ -60,10 +61,13 @@ def make_comparison(study: Study, cat: str, seed: int) -> dict[str, Any]:
 
 
 def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
-    """The numbers the seed-aggregate table needs, at (k = 1 and k = n, T_max)."""
-    from passkt.eval.boundary import boundary_comparison, boundary_set, venn
+    """The numbers the seed-aggregate table needs, at (k = 1 and k = n, T_max), with the noise
+    floor of the repeated base evaluations and which differences lie outside it."""
+    from passkt.eval.boundary import boundary_comparison, boundary_difference, boundary_set, venn
     from passkt.eval.estimator import surface
+    from passkt.eval.noise import findings, noise_floor
     from passkt.eval.stats import compare
+    from passkt.eval.store import load_run
 
     tables = _load_tables(study, cat, seed)
     t_max = max(set.intersection(*(set(t.budgets) for t in tables.values())))
@@ -84,20 +88,29 @@ def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
     three_way = {f"{role} only": len(regions.ids(names[role])) for role in tables}
     three_way["all"] = len(regions.ids(*names.values()))
     three_way["none"] = len(regions.ids())
+    level = study.profile["stats"]["level"]
+    repeats = [tables["base"]] + [
+        load_run(d)[1].with_name(f"base (eval {r})")
+        for r, d in enumerate(study.base_eval_dirs(cat)[1:], 1)
+    ]
+    ks = study.ks()
     pairs = {}
+    floor = None
     for role in TRAINED:
-        cmp = compare(
-            tables["base"],
-            tables[role],
-            ks=study.ks(),
-            budgets=[t_max],
-            n_boot=study.profile["stats"]["n_boot"],
-            level=study.profile["stats"]["level"],
-            seed=0,
-        )
+        cmp = compare(tables["base"], tables[role], ks=ks, budgets=[t_max], level=level)
+        if floor is None and len(repeats) > 1:
+            floor = noise_floor(repeats, cmp.ks, [t_max], t_max)
         cross = cmp.crossover_at(t_max)
         regions2 = boundary_comparison(tables["base"], tables[role], t_max)
+        bd = boundary_difference(tables["base"], tables[role], t_max, level)
+        found = None if floor is None else findings(cmp, floor, bd, len(regions2.only_b))
         pairs[role] = {
+            "gap@1_significant": bool(cmp.significant[0, 0]),
+            "gap@n_significant": bool(cmp.significant[-1, 0]),
+            "boundary_difference_ci": [bd.difference_lower, bd.difference_upper],
+            "finding_gap@1": None if found is None else (cmp.ks[0], t_max) in found.cells,
+            "finding_gap@n": None if found is None else (cmp.ks[-1], t_max) in found.cells,
+            "finding_boundary": None if found is None else found.boundary,
             "gap@1": runs[role]["pass@1"] - runs["base"]["pass@1"],
             "gap@n": runs[role]["pass@n"] - runs["base"]["pass@n"],
             "crossover_k": cross.k,
@@ -115,6 +128,14 @@ def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
         "runs": runs,
         "venn": three_way,
         "vs_base": pairs,
+        "noise_floor": None
+        if floor is None
+        else {
+            "evaluations": len(repeats),
+            "max_abs_gap@1": float(floor.max_abs_gap[0, 0]),
+            "max_abs_gap@n": float(floor.max_abs_gap[-1, 0]),
+            "max_swap": floor.max_swap,
+        },
     }
 
 

@@ -57,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
         "max_new_tokens": 256,
         "chunk_tasks": 0,
         "seed": 0,
+        "base_repeats": 1,
         "options": {},
     },
     "sft": {},
@@ -216,6 +217,7 @@ def check(profile: Mapping[str, Any], where: str) -> None:
         raise StudyError(f"{where}: eval.backend must be hf, lean or vllm, got {ev['backend']!r}")
     _positive_int(ev["n"], "eval.n", where)
     _positive_int(ev["max_new_tokens"], "eval.max_new_tokens", where)
+    _positive_int(ev["base_repeats"], "eval.base_repeats", where)
     if not ev["budgets"] or any(not isinstance(t, int) or t < 0 for t in ev["budgets"]):
         raise StudyError(f"{where}: eval.budgets must be non-negative integers")
     for method in ("sft", "grpo"):

@@ -123,12 +123,24 @@ def _overview(study: Study) -> str:
 
 
 def _aggregate_intro(study: Study) -> str:
+    repeats = int(study.profile["eval"]["base_repeats"])
+    first = study.profile["eval"]["seed"]
+    floor = (
+        f"The base policy is evaluated {repeats} times (evaluation seeds {first}.."
+        f"{first + repeats - 1}); the differences between those "
+        "evaluations are the noise floor, and a difference to base is counted as a finding only "
+        "when it is significant after Holm's correction and larger than every base-vs-base "
+        "difference (boundary: more problems only the trained policy solves than any base-vs-base "
+        "swap count, with a CI of the size difference above 0)."
+        if repeats > 1
+        else "The base policy is evaluated once (eval.base_repeats = 1), so there is no noise "
+        "floor and no difference is counted as a finding; set eval.base_repeats = 3 to get one."
+    )
     return (
         f"Over the {len(study.seeds)} training seed(s): mean ± sample standard deviation "
-        "[min, max]; differences to base also count the seeds where they are positive. The base "
-        "policy is evaluated once (it does not depend on the training seed), so a difference "
-        "exceeds seed-to-seed variation when it keeps its sign on every seed and its mean is "
-        "large against its spread.\n"
+        "[min, max]; differences to base also count the seeds where they are positive. A "
+        "difference exceeds seed-to-seed variation when it keeps its sign on every seed and its "
+        f"mean is large against its spread. {floor}\n"
     )
 
 
@@ -182,6 +194,20 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
         + [_spread(pair(r, "only_base"), 0) for r in ("SFT", "RL")]
         + ["", ""]
     )
+    floors = [m.get("noise_floor") for m, _ in rows]
+    if all(floors):
+        floor = (
+            f"|gap@1| {_spread([f['max_abs_gap@1'] for f in floors])}, "
+            f"|gap@n| {_spread([f['max_abs_gap@n'] for f in floors])}, "
+            f"swaps {_spread([f['max_swap'] for f in floors], 0)}"
+        )
+        table.append(["noise floor (max over base-vs-base pairs)", "-", "-", "-", floor, floor])
+        for key, label in (("gap@1", "pass@1"), ("gap@n", "pass@n"), ("boundary", "boundary")):
+            counts = []
+            for r in ("SFT", "RL"):
+                hits = [bool(h) for h in pair(r, f"finding_{key}")]
+                counts.append(f"{sum(hits)}/{len(hits)} seeds")
+            table.append([f"{label} difference is a finding", "-", "-", "-", *counts])
     crossings = []
     for r in ("SFT", "RL"):
         ks = pair(r, "crossover_k")

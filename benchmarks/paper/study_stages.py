@@ -61,6 +61,14 @@ class Study:
     def eval_dir(self, cat: str, role: str, seed: int | None = None) -> Path:
         return self.out / "eval" / cat / (role if seed is None else f"{role}-seed{seed}")
 
+    def base_eval_dirs(self, cat: str) -> list[Path]:
+        """The base evaluation and its repeats (``eval.base_repeats``; eval seed + r): the
+        repeats make the noise floor every trained-vs-base result is read against."""
+        repeats = int(self.profile["eval"]["base_repeats"])
+        return [self.eval_dir(cat, "base")] + [
+            self.out / "eval" / cat / f"base-eval{r}" for r in range(1, repeats)
+        ]
+
     def train_dir(self, method: str, cat: str, seed: int) -> Path:
         return self.out / "train" / method / cat / f"seed{seed}"
 
@@ -222,8 +230,13 @@ def make_base(study: Study) -> dict[str, Any]:
 # ---------------------------------------------------------------------- evaluation
 
 
-def make_eval(study: Study, cat: str, role: str, seed: int | None) -> dict[str, Any]:
-    """Evaluate the base or a trained policy on the category's eval split (resuming)."""
+def make_eval(
+    study: Study, cat: str, role: str, seed: int | None, repeat: int = 0
+) -> dict[str, Any]:
+    """Evaluate the base or a trained policy on the category's eval split (resuming).
+
+    ``repeat`` r > 0 evaluates the base again with evaluation seed ``eval.seed + r``.
+    """
     from passkt.agents.policy import SamplingParams
     from passkt.eval.evaluate import evaluate
 
@@ -249,16 +262,18 @@ def make_eval(study: Study, cat: str, role: str, seed: int | None) -> dict[str, 
         ks=study.ks(),
         split="test",
         task_ids=study.task_ids(cat, "eval"),
-        out_dir=study.eval_dir(cat, role.lower(), seed),
+        out_dir=study.base_eval_dirs(cat)[repeat]
+        if repeat
+        else study.eval_dir(cat, role.lower(), seed),
         resume=True,
-        seed=ev["seed"],
+        seed=ev["seed"] + repeat,
         params=params,
         chunk_tasks=ev["chunk_tasks"] or None,
         policy_options=ev["options"],
-        name=run_name(role, seed),
+        name=run_name(role, seed) + (f" (eval {repeat})" if repeat else ""),
     )
     return {
-        "name": run_name(role, seed),
+        "name": run_name(role, seed) + (f" (eval {repeat})" if repeat else ""),
         "policy": f"{ev['backend']}:{model}",
         "chunks_run": run.chunks_run,
         "episodes": run.stats.episodes,
@@ -319,7 +334,7 @@ def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, A
 
 
 def _eval_needs(study: Study, cat: str, seed: int) -> tuple[tuple[str, Path], ...]:
-    needs = [("eval-base", study.eval_dir(cat, "base"))]
+    needs = [("eval-base", folder) for folder in study.base_eval_dirs(cat)]
     needs += [("eval-trained", study.eval_dir(cat, r.lower(), seed)) for r in ("SFT", "RL")]
     return tuple(needs)
 
@@ -337,12 +352,13 @@ def stage_units(study: Study, stage: str) -> list[Unit]:
     if stage == "eval-base":
         return [
             Unit(
-                f"{c}/base",
-                study.eval_dir(c, "base"),
-                lambda c=c: make_eval(study, c, "base", None),
+                f"{c}/base" + (f"-eval{r}" if r else ""),
+                folder,
+                lambda c=c, r=r: make_eval(study, c, "base", None, repeat=r),
                 (("splits", study.splits_dir(c)), ("base", study.base_dir)),
             )
             for c in cats
+            for r, folder in enumerate(study.base_eval_dirs(c))
         ]
     if stage == "train":
         # GRPO first: it is the slow one, so with --jobs the SFT runs fill in around it.

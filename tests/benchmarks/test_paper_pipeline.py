@@ -32,7 +32,7 @@ SLICE = [
     "--set", "base.pretrain.progress=false", "--set", "eval.chunk_tasks=1",
     "--set", "grpo.max_steps=1", "--set", "grpo.tasks_per_step=2", "--set", "grpo.group_size=2",
     "--set", "sft.max_steps=1", "--set", "sft.batch_size=2", "--set", "stats.n_boot=20",
-    "--set", "analyze.perplexity_of=['RL', 'SFT', 'base']",
+    "--set", "analyze.perplexity_of=['RL', 'SFT', 'base']", "--set", "eval.base_repeats=2",
 ]  # fmt: skip
 CATS = ("A", "B", "C")
 ROLES = {"base": "base", "sft-seed0": "SFT s0", "rl-seed0": "RL s0"}
@@ -114,6 +114,13 @@ def test_compare_analyze_and_report_use_the_runs(finished):
         }
         assert all(m["tasks"] == 3 for m in metrics["runs"].values())
         assert metrics["T_max"] == (0 if cat == "A" else 5)
+        # The base is evaluated twice (eval seeds 0 and 1): the noise floor of every result.
+        repeat = json.loads((out / f"eval/{cat}/base-eval1/manifest.json").read_text())
+        base = json.loads((out / f"eval/{cat}/base/manifest.json").read_text())
+        assert (repeat["seed"], base["seed"]) == (1, 0) and repeat["task_ids"] == base["task_ids"]
+        assert metrics["noise_floor"]["evaluations"] == 2
+        assert (out / f"compare/{cat}/seed0/noise_floor.md").is_file()
+        assert set(metrics["vs_base"]["RL"]) >= {"finding_gap@1", "finding_boundary"}
         analysis = json.loads((out / f"analysis/{cat}/seed0/analysis.json").read_text())
         assert set(analysis["perplexity"]) == {"RL", "SFT", "base"}
         assert ("diversity" in analysis) == (cat != "A")  # math has no queries
@@ -121,7 +128,7 @@ def test_compare_analyze_and_report_use_the_runs(finished):
             assert analysis["diversity"]["RL"]["n"] == 2
     report = out / "report" / "report.md"
     text = report.read_text()
-    for name in ("RL s0", "SFT s0", "## Seed aggregate", "## Cost", "## Profile"):
+    for name in ("RL s0", "SFT s0", "## Seed aggregate", "## Cost", "## Profile", "noise floor"):
         assert name in text
     for cat in CATS:
         assert f"## Category {cat}" in text

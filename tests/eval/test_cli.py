@@ -158,6 +158,47 @@ def test_report_and_compare(tmp_path, capsys):
     assert gap["gap"][0][-1] > 0
 
 
+@pytest.mark.slow  # four evaluations and two comparisons with plots: about 20 s
+def test_compare_with_noise_floor(tmp_path, capsys):
+    """Two more evaluations of the heuristic (other seeds) make the floor; the oracle's gain at
+    T = 5 is outside it, and the headline test and Holm marks are in the report."""
+    runs = {name: tmp_path / name for name in ("h0", "h1", "h2", "oracle")}
+    for seed, name in enumerate(("h0", "h1", "h2")):
+        _small_run(capsys, runs[name], "scripted:heuristic", "--seed", str(seed), "--limit", "12")
+    _small_run(capsys, runs["oracle"], "scripted:oracle", "--limit", "12")
+    cmp_dir = tmp_path / "cmp"
+    argv = ["compare", str(runs["h0"]), str(runs["oracle"]), "--out", str(cmp_dir)]
+    code, out, err = run_cli(capsys, *argv, "--repeats", f"{runs['h1']},{runs['h2']}")
+    assert code == 0, err
+    floor = json.loads((cmp_dir / "noise_floor.json").read_text())
+    assert len(floor["pairs"]) == 3 and len(floor["swaps"]) == 3
+    assert floor["max_swap"] == max(max(pair) for pair in floor["swaps"])
+    assert "Noise floor: 3 evaluations" in out and "**Findings outside the noise floor**" in out
+    assert "**Headline test**" in out and "after Holm's correction" in out
+    findings = out.split("**Findings outside the noise floor**")[1].splitlines()[0]
+    assert "(k=1, T=5)" in findings  # the oracle answers every task at T = 5
+
+    # Without repeats nothing is called a finding; a repeat must be another seed of the policy.
+    code, out, _ = run_cli(capsys, "compare", str(runs["h0"]), str(runs["oracle"]), "--out",
+                           str(tmp_path / "c2"))  # fmt: skip
+    assert code == 0 and "No noise floor" in out and "Findings outside" not in out
+    assert_one_line_error(
+        capsys,
+        ["compare", str(runs["h0"]), str(runs["h1"]), "--repeats", str(runs["oracle"])],
+        "policy is 'scripted:oracle'",
+    )
+    assert_one_line_error(
+        capsys,
+        ["compare", str(runs["h0"]), str(runs["oracle"]), "--repeats", str(runs["h0"])],
+        "evaluation seed 0 was already used",
+    )
+    assert_one_line_error(
+        capsys,
+        ["compare", str(runs["h0"]), str(runs["oracle"]), "--headline", "gap@3,5"],
+        "'widening@T' or 'gap@K,T'",
+    )
+
+
 def test_math_env_defaults_to_t0(tmp_path, capsys):
     _small_run(capsys, tmp_path / "m", "scripted:heuristic", "--env", "Math-v0")
     manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())

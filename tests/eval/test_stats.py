@@ -20,6 +20,7 @@ from passkt.eval.stats import (
     compare,
     find_crossover,
     saturation_depth,
+    surface_interval,
     venn,
 )
 
@@ -217,10 +218,17 @@ def test_compare_finds_crossover_and_widening() -> None:
 
 
 def test_compare_identical_tables() -> None:
+    """Two evaluations that happen to agree on every sample: no gap, nothing significant. The
+    bootstrap over problems sees no spread at all; the score method still allows for the
+    sampling noise two independent evaluations carry."""
     a, _ = reliable_vs_broad(num=30, n=16)
-    cmp = compare(a, a.with_name("copy"), n_boot=200)
-    assert np.all(cmp.gap == 0) and np.all(cmp.gap_lower == 0) and np.all(cmp.gap_upper == 0)
-    assert cmp.widens == (False,) * 5
+    old = compare(a, a.with_name("copy"), n_boot=200, method="bootstrap")
+    assert np.all(old.gap == 0) and np.all(old.gap_lower == 0) and np.all(old.gap_upper == 0)
+    cmp = compare(a, a.with_name("copy"))
+    assert np.all(cmp.gap == 0) and np.all(cmp.gap_p == 1) and not cmp.significant.any()
+    np.testing.assert_allclose(cmp.gap_lower, -cmp.gap_upper)
+    assert cmp.gap_upper[0, 0] > 0.01  # pass@1 of 30 problems x 16 samples: not known exactly
+    assert cmp.widens == (False,) * 5 and not cmp.headline.significant
     assert all(c.k is None and c.bracket is None and c.sign_at_k_min == 0 for c in cmp.crossovers)
 
 
@@ -262,12 +270,25 @@ def test_paired_bootstrap_is_narrower_than_unpaired() -> None:
     a = simulate(probs, 16, 1, "a")
     flips = np.random.default_rng(9).random(a.correct.shape) < 0.03
     b = OutcomeTable(a.task_ids, a.budgets, a.correct ^ flips, name="b")
-    cmp = compare(a, b, ks=(1, 4), n_boot=500)
+    cmp = compare(a, b, ks=(1, 4), n_boot=500, method="bootstrap")
     ci_a = bootstrap_surface(surface(a, (1, 4)), n_boot=500, seed=1)
     ci_b = bootstrap_surface(surface(b, (1, 4)), n_boot=500, seed=2)
     unpaired = np.hypot(ci_a.upper - ci_a.lower, ci_b.upper - ci_b.lower)
     # Resampling a and b independently would give a ratio near 1; pairing gives about 0.1-0.2.
     assert np.all(cmp.gap_upper - cmp.gap_lower < 0.4 * unpaired)
+
+
+def test_score_gap_is_paired() -> None:
+    """Independent evaluations of nearly the same policy: problems' difficulty is shared, so
+    the paired score CI of the gap is far narrower than one from the two surfaces' CIs."""
+    probs = np.random.default_rng(8).beta(0.5, 0.7, size=100)
+    a = simulate(probs, 16, 1, "a")
+    b = simulate(np.clip(probs + 0.02, 0, 1), 16, 2, "b")
+    cmp = compare(a, b, ks=(1, 4))
+    ci_a = surface_interval(surface(a, (1, 4)), a.counts())
+    ci_b = surface_interval(surface(b, (1, 4)), b.counts())
+    unpaired = np.hypot(ci_a.upper - ci_a.lower, ci_b.upper - ci_b.lower)
+    assert np.all(cmp.gap_upper - cmp.gap_lower < 0.6 * unpaired)
 
 
 def test_compare_grid_and_errors() -> None:
@@ -327,3 +348,25 @@ def test_saturation_depth() -> None:
         saturation_depth(table, 1, tol=-0.1)
     with pytest.raises(ValueError, match="1 <= k <= n"):
         saturation_depth(table, 11)
+
+
+def test_headline_and_crossover_range() -> None:
+    a, b = reliable_vs_broad()
+    cmp = compare(a, b, headline="gap@64,3")
+    head = cmp.headline
+    i, j = cmp.ks.index(64), cmp.budgets.index(3)
+    assert (head.kind, head.k, head.budget) == ("gap", 64, 3) and head.label == "gap at (k=64, T=3)"
+    assert head.estimate == cmp.gap[i, j] and head.p_value == cmp.gap_p[i, j]
+    assert head.significant and head.lower > 0
+    default = compare(a, b).headline
+    assert (default.kind, default.budget) == ("widening", 5)
+    assert default.estimate == pytest.approx(cmp.widening[-1])
+    # b is far better at k = 64 and far worse at k = 1: the crossing is resolved on the grid.
+    cross = cmp.crossover_at(5)
+    k_from, k_to = cross.k_range
+    assert k_from is not None and k_to is not None and k_from <= cross.bracket[0] < k_to
+    assert cmp.ks.index(k_to) >= cmp.ks.index(cross.bracket[1])
+    # Holm never makes a cell more significant than its raw p-value says.
+    assert np.all(cmp.gap_p_holm >= cmp.gap_p) and np.all(cmp.widening_p_holm >= cmp.widening_p)
+    with pytest.raises(ValueError, match="'widening@T' or 'gap@K,T'"):
+        compare(a, b, headline="widening@4")

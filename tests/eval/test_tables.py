@@ -118,11 +118,22 @@ def test_comparison_tables(runs: tuple[OutcomeTable, OutcomeTable]) -> None:
     assert "rl - base" in text and "30 shared problems" in text
     tables = text.split("\n\n")
     gap_rows = _markdown_rows(tables[1])
+    star = "*" if cmp.significant[0, 0] else ""
     assert gap_rows[2][1] == (
-        f"{cmp.gap[0, 0]:+.3f} [{cmp.gap_lower[0, 0]:.2f}, {cmp.gap_upper[0, 0]:.2f}]"
+        f"{cmp.gap[0, 0]:+.3f} [{cmp.gap_lower[0, 0]:.2f}, {cmp.gap_upper[0, 0]:.2f}]{star}"
     )
-    summary = _markdown_rows(tables[2])
-    assert summary[0][:4] == ["T", "crossover k", "bracket", "crossing significant"]
+    stars = sum(cell.endswith("*") for row in gap_rows[2:] for cell in row[1:])
+    assert stars == int(cmp.significant.sum()) and f"{stars} of {cmp.gap.size} cells" in text
+    assert "Holm" in tables[0]
+    assert tables[2].startswith("**Headline test**") and cmp.headline.label in tables[2]
+    summary = _markdown_rows(tables[3])
+    assert summary[0][:5] == [
+        "T",
+        "crossover k",
+        "bracket",
+        "k range (95%)",
+        "crossing significant",
+    ]
     for j, row in enumerate(summary[2:]):
         cross = cmp.crossovers[j]
         assert row[0] == str(cmp.budgets[j])
@@ -130,7 +141,7 @@ def test_comparison_tables(runs: tuple[OutcomeTable, OutcomeTable]) -> None:
             "-" if cross.bracket is None else f"{cross.bracket[0]}-{cross.bracket[1]}"
         )
         if cross.bracket is not None:
-            assert row[3] == ("yes" if cross.significant else "no")
+            assert row[4] == ("yes" if cross.significant else "no")
         assert row[-1] == ("yes" if cmp.widens[j] else "no")
     assert any(c.bracket is not None for c in cmp.crossovers)  # the fixture does cross
 
