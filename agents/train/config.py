@@ -25,6 +25,8 @@ from passkt.agents.policy import SamplingParams
 FineTune = Literal["full", "lora"]
 Precision = Literal["float32", "bfloat16", "float16", "auto"]
 Scheduler = Literal["constant", "linear", "cosine"]
+REPORT_TO = ("tensorboard", "wandb")
+"""Metric sinks ``report_to`` accepts (besides ``metrics.jsonl``, which is always written)."""
 
 
 @dataclass
@@ -106,7 +108,11 @@ class TrainConfig:
     generation_batch_size: int = 32
     """Most sequences decoded together by the rollout policy (``HFPolicy(batch_size=...)``)."""
     tensorboard: bool = False
-    """Also write TensorBoard events to ``output_dir/tb`` (needs the ``tensorboard`` package)."""
+    """Also write TensorBoard events to ``output_dir/tb`` (same as ``report_to=tensorboard``)."""
+    report_to: tuple[str, ...] = ()
+    """Where else the step metrics go, as in transformers' ``report_to``: ``tensorboard``
+    (``output_dir/tb``) and / or ``wandb`` (offline unless ``WANDB_MODE`` says otherwise);
+    ``metrics.jsonl`` is always written. Both trainer backends log the same slash names."""
     progress: bool = True
     """Show a tqdm progress bar."""
 
@@ -115,6 +121,14 @@ class TrainConfig:
         if self.task_ids is not None:
             self.task_ids = tuple(self.task_ids)
         self.lora_target_modules = tuple(self.lora_target_modules)
+        self.report_to = tuple(self.report_to)
+        unknown = sorted(set(self.report_to) - set(REPORT_TO))
+        if unknown:
+            raise ValueError(
+                f"report_to: unknown {unknown}; choose from {list(REPORT_TO)} (or leave it empty)"
+            )
+        if self.tensorboard and "tensorboard" not in self.report_to:
+            self.report_to = (*self.report_to, "tensorboard")
         _positive(
             self,
             "epochs",

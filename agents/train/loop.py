@@ -133,7 +133,8 @@ class TrainingRun:
             metrics=MetricsLogger(
                 Path(config.output_dir),
                 enabled=accelerator.is_main_process,
-                tensorboard=config.tensorboard,
+                report_to=config.report_to,
+                config=config.to_dict(),
             ),
             resume_from=checkpoint,
         )
