@@ -107,9 +107,9 @@ def lookup_config(start: Path, out: Path, **overrides) -> GRPOConfig:
         env_kwargs=LOOKUP_ENV,
         t_train=2,
         group_size=8,
-        tasks_per_step=2,
+        tasks_per_step=4,
         micro_batch_size=16,
-        learning_rate=2e-3,
+        learning_rate=1e-3,
         max_new_tokens=24,
         max_steps=8,
         output_dir=str(out),
@@ -163,7 +163,10 @@ def test_trl_through_the_adapter_and_our_trainer_both_learn_the_lookup(lookup_st
 def test_one_fixed_batch_gives_the_same_loss_and_gradient_in_trl_and_in_passkt(
     lookup_start, tmp_path
 ):
-    config = lookup_config(lookup_start, tmp_path / "trl", group_size=4, micro_batch_size=8)
+    # 2 tasks x G = 4 in one micro-batch: one pass, no accumulation on either side
+    config = lookup_config(
+        lookup_start, tmp_path / "trl", group_size=4, tasks_per_step=2, micro_batch_size=8
+    )
     trainer = make_trl_trainer(config)
     trainer.current_gradient_accumulation_steps = 1  # set by TRL's loop; one pass here
     rows = list(build_dataset(config))[:2]
@@ -186,8 +189,9 @@ def test_one_fixed_batch_gives_the_same_loss_and_gradient_in_trl_and_in_passkt(
             model, prompt_completion, attention, batch_out["completion_ids"].size(1)
         )
     mask = (batch_out["completion_mask"] * batch_out["tool_mask"]).bool()
+    samples = trainer.rollout_func.last_samples
     recorded = torch.tensor(
-        [v for s in trainer.rollout_func.last_samples for v, m in zip(s.logprobs, s.env_mask) if m]
+        [v for s in samples for v, m in zip(s.logprobs, s.env_mask, strict=True) if m]
     )
     torch.testing.assert_close(trl_logp[mask], recorded, rtol=1e-4, atol=1e-4)
 
