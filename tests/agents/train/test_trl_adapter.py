@@ -157,3 +157,10 @@ def test_trl_args_map_the_batch_and_the_loss():
 def test_trl_args_refuse_what_trl_cannot_do(change, message):
     with pytest.raises(ValueError, match=message):
         trl_args(config(**change))
+
+
+def test_the_fixed_batch_check_wants_one_micro_batch():
+    from passkt.agents.train.trl_check import fixed_batch_agreement
+
+    with pytest.raises(ValueError, match="one micro-batch"):
+        fixed_batch_agreement(None, config(tasks_per_step=2, group_size=4, micro_batch_size=4))

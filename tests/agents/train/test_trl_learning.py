@@ -20,11 +20,10 @@ pytest.importorskip("trl", reason="the TRL adapter needs the trl extra: pip inst
 
 from passkt.agents.policy import Completion, SamplingParams
 from passkt.agents.rollout import rollout
-from passkt.agents.train.common import TokenSequence, collate, read_metrics, sequence_logprobs
+from passkt.agents.train.common import TokenSequence, read_metrics
 from passkt.agents.train.config import GRPOConfig, SFTConfig
-from passkt.agents.train.grpo import grpo_loss, train_grpo
-from passkt.agents.train.losses import group_advantages
-from passkt.agents.train.trl import build_dataset, make_trl_trainer
+from passkt.agents.train.grpo import train_grpo
+from passkt.agents.train.trl import make_trl_trainer
 from passkt.envs.tasks import register_source
 
 TOWNS = [town for _, town in PEOPLE]
@@ -163,51 +162,19 @@ def test_trl_through_the_adapter_and_our_trainer_both_learn_the_lookup(lookup_st
 def test_one_fixed_batch_gives_the_same_loss_and_gradient_in_trl_and_in_passkt(
     lookup_start, tmp_path
 ):
+    from passkt.agents.train.trl_check import fixed_batch_agreement
+
     # 2 tasks x G = 4 in one micro-batch: one pass, no accumulation on either side
     config = lookup_config(
         lookup_start, tmp_path / "trl", group_size=4, tasks_per_step=2, micro_batch_size=8
     )
-    trainer = make_trl_trainer(config)
-    trainer.current_gradient_accumulation_steps = 1  # set by TRL's loop; one pass here
-    rows = list(build_dataset(config))[:2]
-    inputs = [dict(row) for row in rows for _ in range(config.group_size)]  # TRL's repetition
-    batch_out = trainer._generate_and_score_completions(inputs)  # the adapter runs here
-    episodes = trainer.rollout_func.last_episodes
-    rewards = torch.tensor([e.reward for e in episodes])
-    assert 0 < rewards.sum() < len(episodes), "want a batch with both outcomes"
-
-    # Same advantages: TRL's group-normalised ones from the env reward are ours.
-    ours_adv = group_advantages(rewards.view(2, config.group_size)).view(-1)
-    torch.testing.assert_close(batch_out["advantages"].float(), ours_adv, rtol=1e-5, atol=1e-5)
-
-    model = trainer.model
-    # TRL's log-probabilities at the env mask are the sampling log-probabilities we recorded.
-    prompt_completion = torch.cat([batch_out["prompt_ids"], batch_out["completion_ids"]], 1)
-    attention = torch.cat([batch_out["prompt_mask"], batch_out["completion_mask"]], 1)
-    with torch.no_grad():
-        trl_logp, _, _ = trainer._get_per_token_logps_and_entropies(
-            model, prompt_completion, attention, batch_out["completion_ids"].size(1)
-        )
-    mask = (batch_out["completion_mask"] * batch_out["tool_mask"]).bool()
-    samples = trainer.rollout_func.last_samples
-    recorded = torch.tensor(
-        [v for s in samples for v, m in zip(s.logprobs, s.env_mask, strict=True) if m]
-    )
-    torch.testing.assert_close(trl_logp[mask], recorded, rtol=1e-4, atol=1e-4)
-
-    model.zero_grad()
-    trl_loss = trainer.compute_loss(model, batch_out)
-    trl_loss.backward()
-    trl_grads = [p.grad.clone() for p in model.parameters()]
-
-    model.zero_grad()
-    sequences = [TokenSequence.from_episode(e) for e in episodes]
-    batch = collate(sequences, trainer.processing_class.pad_token_id)
-    logp = sequence_logprobs(model, batch, config.temperature)
-    ours_loss, _, _ = grpo_loss(logp, batch.policy_mask, ours_adv, config)
-    ours_loss.backward()
-
-    assert trl_loss.item() == pytest.approx(ours_loss.item(), rel=1e-5, abs=1e-7)
-    assert abs(ours_loss.item()) > 1e-4, "a zero loss would agree trivially"
-    for trl_grad, param in zip(trl_grads, model.parameters(), strict=True):
-        torch.testing.assert_close(param.grad, trl_grad, rtol=1e-4, atol=1e-6)
+    agreement = fixed_batch_agreement(make_trl_trainer(config), config)
+    assert 0 < sum(agreement.rewards) < len(agreement.rewards), "want both outcomes in the batch"
+    # same advantages, and TRL scores exactly the tokens the rollout sampled, with their logprobs
+    assert agreement.max_advantage_diff < 1e-5
+    assert agreement.max_logprob_diff < 1e-4
+    # same loss and gradient
+    assert abs(agreement.passkt_loss) > 1e-4, "a zero loss would agree trivially"
+    assert agreement.trl_loss == pytest.approx(agreement.passkt_loss, rel=1e-5, abs=1e-7)
+    assert agreement.max_grad > 1e-4
+    assert agreement.max_grad_diff < 1e-4 * agreement.max_grad
