@@ -226,6 +226,12 @@ class GRPOConfig(TrainConfig):
     """Nucleus sampling of the training rollouts."""
     top_k: int = 0
     """Top-k sampling of the training rollouts (0: off)."""
+    rollout_engine: Literal["hf", "vllm"] = "hf"
+    """Who samples the training rollouts: ``hf`` (the trained model in transformers) or ``vllm``
+    (a colocated vLLM engine given the new weights, or the LoRA adapter, after every optimizer
+    step; needs a CUDA GPU and ``pip install 'passkt[vllm]'``)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Share of each GPU the colocated vLLM engine may take (the rest is for training)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -244,6 +250,15 @@ class GRPOConfig(TrainConfig):
                 f"every advantage would be 0), got {self.temperature}"
             )
         self.sampling_params()  # validates top_p, top_k
+        if self.rollout_engine == "vllm" and rollout_backend(self.policy) == "lean":
+            raise ValueError(
+                "rollout_engine='vllm' samples with vLLM: use an hf: policy, not lean:"
+            )
+        if not 0 < self.vllm_gpu_memory_utilization < 1:
+            raise ValueError(
+                "vllm_gpu_memory_utilization must be in (0, 1), got "
+                f"{self.vllm_gpu_memory_utilization}"
+            )
 
     def sampling_params(self) -> SamplingParams:
         """The sampling parameters of training rollouts."""

@@ -40,15 +40,16 @@ class Agreement:
     rewards: tuple[float, ...]
 
 
-def fixed_batch_agreement(trainer: Any, config: GRPOConfig, num_tasks: int = 2) -> Agreement:
-    """Compare TRL's and passkt's GRPO loss on one batch of ``num_tasks`` x ``group_size`` episodes.
+def fixed_batch_agreement(trainer: Any, config: GRPOConfig) -> Agreement:
+    """Compare TRL's and passkt's GRPO loss on the first ``tasks_per_step`` tasks x ``group_size``.
 
-    The trainer must come from ``make_trl_trainer(config)`` with ``num_tasks * group_size``
-    episodes in one micro-batch (``tasks_per_step = num_tasks``, ``micro_batch_size`` = all).
+    The trainer must come from ``make_trl_trainer(config)``, and the batch must be one
+    micro-batch (``micro_batch_size = tasks_per_step x group_size``): one pass, no accumulation.
     """
     if config.tasks_per_step * config.group_size != config.micro_batch_size:
         raise ValueError("use one micro-batch: micro_batch_size = tasks_per_step x group_size")
     trainer.current_gradient_accumulation_steps = 1  # set by TRL's training loop otherwise
+    num_tasks = config.tasks_per_step
     rows = list(build_dataset(config))[:num_tasks]
     inputs = [dict(row) for row in rows for _ in range(config.group_size)]  # as TRL repeats them
     out = trainer._generate_and_score_completions(inputs)
