@@ -41,6 +41,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from passkt.agents.rollout import Episode, rollout
@@ -438,13 +439,42 @@ def make_trl_trainer(config: GRPOConfig, **trl_overrides: Any) -> Any:
     )
 
 
-def train_grpo_trl(config: GRPOConfig, **trl_overrides: Any) -> Any:
-    """Train with TRL's ``GRPOTrainer`` through the adapter; returns the trainer after training.
+def train_grpo_trl(config: GRPOConfig, *, resume: bool = False, **trl_overrides: Any) -> Any:
+    """Train with TRL's ``GRPOTrainer`` through the adapter, as ``train_grpo`` does with ours.
 
-    The final model (adapter with LoRA) and tokenizer are saved to ``output_dir/final``.
+    TRL writes its own ``checkpoint-STEP`` folders (``save_every``) and resumes from the newest
+    with ``resume=True``. The final model goes to ``output_dir/final`` as a plain HF folder
+    (LoRA merged into the weights), which ``passkt eval`` loads like any checkpoint.
+
+    Returns:
+        A ``TrainResult`` (the final folder, the steps, the last logged metrics).
     """
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from passkt.agents.train.loop import TrainResult
+
     trainer = make_trl_trainer(config, **trl_overrides)
-    trainer.train()
-    trainer.save_model(os.path.join(config.output_dir, "final"))
-    trainer.processing_class.save_pretrained(os.path.join(config.output_dir, "final"))
-    return trainer
+    exists = resume and os.path.isdir(config.output_dir)
+    trainer.train(resume_from_checkpoint=get_last_checkpoint(config.output_dir) if exists else None)
+    final = os.path.join(config.output_dir, "final")
+    main = trainer.accelerator.is_main_process
+    if config.finetune == "lora":  # the adapter beside, the merged model as the checkpoint
+        trainer.save_model(final + "-adapter")  # every process: gathers ZeRO-3 / FSDP shards
+        if main:
+            from peft import AutoPeftModelForCausalLM
+
+            merged = AutoPeftModelForCausalLM.from_pretrained(final + "-adapter").merge_and_unload()
+            merged.save_pretrained(final)
+    else:
+        trainer.save_model(final)
+    if main:
+        trainer.processing_class.save_pretrained(final)
+    trainer.accelerator.wait_for_everyone()
+    logs = [log for log in trainer.state.log_history if "reward/mean" in log]
+    return TrainResult(
+        output_dir=Path(config.output_dir),
+        checkpoint=Path(final) if main else None,
+        steps=int(trainer.state.global_step),
+        last_metrics={k: float(v) for k, v in (logs[-1] if logs else {}).items()},
+        model=trainer.accelerator.unwrap_model(trainer.model),
+    )

@@ -58,6 +58,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "sft": {},
     "grpo": {},
+    "train": {"backend": "passkt"},
     "stats": {"n_boot": 1000, "level": 0.95},
     "analyze": {
         "perplexity_of": ["RL"],
@@ -210,6 +211,11 @@ def check(profile: Mapping[str, Any], where: str) -> None:
         raise StudyError(f"{where}: eval.budgets must be non-negative integers")
     for method in ("sft", "grpo"):
         _check_trainer(profile, method, where)
+    if profile["train"]["backend"] not in ("passkt", "trl"):
+        raise StudyError(
+            f"{where}: train.backend must be passkt (our GRPO) or trl (TRL's GRPOTrainer through "
+            f"passkt.agents.train.trl), got {profile['train']['backend']!r}"
+        )
     if not set(profile["analyze"]["perplexity_of"]) <= {"base", "SFT", "RL"}:
         raise StudyError(f"{where}: analyze.perplexity_of may name base, SFT and RL")
 

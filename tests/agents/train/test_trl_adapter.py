@@ -164,3 +164,46 @@ def test_the_fixed_batch_check_wants_one_micro_batch():
 
     with pytest.raises(ValueError, match="one micro-batch"):
         fixed_batch_agreement(None, config(tasks_per_step=2, group_size=4, micro_batch_size=4))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("finetune", ["full", "lora"])
+def test_train_grpo_trl_leaves_a_checkpoint_passkt_loads_and_resumes(
+    tiny64, people, tmp_path, finetune, monkeypatch
+):
+    from passkt.agents.hf import HFPolicy
+    from passkt.agents.policy import SamplingParams
+    from passkt.agents.train import trl as adapter
+    from passkt.agents.train.trl import train_grpo_trl
+
+    calls = []
+    original = adapter.PassktRollout.__call__
+
+    def counted(self, prompts, trainer):
+        calls.append(trainer.state.global_step)
+        return original(self, prompts, trainer)
+
+    monkeypatch.setattr(adapter.PassktRollout, "__call__", counted)
+
+    fields = dict(
+        policy=f"hf:{tiny64}",
+        max_steps=1,
+        max_new_tokens=8,
+        finetune=finetune,
+        save_every=1,
+        learning_rate=1e-3,
+        output_dir=str(tmp_path / "run"),
+        progress=False,
+    )
+    result = train_grpo_trl(config(**fields))
+    assert result.steps == 1 and result.checkpoint == tmp_path / "run" / "final"
+    assert (tmp_path / "run" / "checkpoint-1").is_dir()
+    assert "reward/mean" in result.last_metrics
+    # a plain HF folder (LoRA merged): the evaluator's policies load it as it is
+    assert not (result.checkpoint / "adapter_config.json").exists()
+    policy = HFPolicy(result.checkpoint)
+    (completion,) = policy.generate([[{"role": "user", "content": "Hi"}]], SamplingParams())
+    assert completion.token_ids
+    # resuming continues from checkpoint-1: one more rollout (at step 1), not a fresh start
+    resumed = train_grpo_trl(config(**{**fields, "max_steps": 2}), resume=True)
+    assert resumed.steps == 2 and calls == [0, 1]
