@@ -19,7 +19,7 @@ def test_paper_trains_with_passkt_by_default_and_with_trl_when_asked():
 
 
 def test_an_unknown_backend_is_refused_with_the_choices():
-    with pytest.raises(StudyError, match="train.backend must be passkt .* or trl"):
+    with pytest.raises(StudyError, match=r"train\.backend must be passkt .* or trl"):
         resolve("paper", ['train.backend="verl"'])
     with pytest.raises(StudyError, match="unknown key 'backnd'"):
         resolve("paper", ['train.backnd="trl"'])
