@@ -23,3 +23,16 @@ def test_an_unknown_backend_is_refused_with_the_choices():
         resolve("paper", ['train.backend="verl"'])
     with pytest.raises(StudyError, match="unknown key 'backnd'"):
         resolve("paper", ['train.backnd="trl"'])
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"), [("ddp", "MULTI_GPU"), ("zero3", "DEEPSPEED"), ("fsdp", "FSDP")]
+)
+def test_the_accelerate_configs_load_in_accelerate(name, kind):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(STUDY_DIR / "accelerate" / f"{name}.yaml"))
+    assert config.distributed_type.name == kind
+    assert config.num_processes == 8 and config.mixed_precision == "bf16"
+    if kind == "DEEPSPEED":
+        assert config.deepspeed_config["zero_stage"] == 3
