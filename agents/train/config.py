@@ -121,6 +121,8 @@ class TrainConfig:
         if self.task_ids is not None:
             self.task_ids = tuple(self.task_ids)
         self.lora_target_modules = tuple(self.lora_target_modules)
+        if isinstance(self.report_to, str):  # "tensorboard,wandb", as transformers accepts
+            self.report_to = tuple(part.strip() for part in self.report_to.split(",") if part)
         self.report_to = tuple(self.report_to)
         unknown = sorted(set(self.report_to) - set(REPORT_TO))
         if unknown:

@@ -88,8 +88,42 @@ def make_sinks(
     return sinks
 
 
-def trl_report_to(report_to: Sequence[str]) -> list[str] | str:
-    """transformers' ``report_to`` for the same sinks (offline W&B as above)."""
-    if "wandb" in report_to:
-        os.environ.setdefault("WANDB_MODE", "offline")
-    return list(dict.fromkeys(report_to)) or "none"
+class MetricsCallback:
+    """A transformers ``TrainerCallback`` that sends a TRL run's logs through ``MetricsLogger``.
+
+    So a TRL run writes ``metrics.jsonl``, ``tb/`` and ``wandb/`` like ``passkt train grpo``, with
+    the same names (transformers' own TensorBoard / W&B callbacks would prefix them ``train/``).
+    Built by ``make_callback`` (transformers is imported there).
+    """
+
+
+def make_callback(output_dir: Path, report_to: Sequence[str], config: Mapping[str, Any]) -> Any:
+    """The ``TrainerCallback`` described in ``MetricsCallback`` (only the main process writes)."""
+    from transformers import TrainerCallback
+
+    from passkt.agents.train.checkpoint import truncate_metrics
+    from passkt.agents.train.common import MetricsLogger
+
+    class _Callback(TrainerCallback, MetricsCallback):
+        def __init__(self) -> None:
+            self.logger: MetricsLogger | None = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:  # a resumed run drops the lines past its checkpoint
+                output_dir.mkdir(parents=True, exist_ok=True)
+                truncate_metrics(output_dir / "metrics.jsonl", int(state.global_step))
+            self.logger = MetricsLogger(
+                output_dir, enabled=state.is_world_process_zero, report_to=report_to, config=config
+            )
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if self.logger is None or not logs or "train_runtime" in logs:  # the closing summary
+                return
+            numbers = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float))}
+            self.logger.log(int(state.global_step), numbers)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.logger is not None:
+                self.logger.close()
+
+    return _Callback()

@@ -47,7 +47,6 @@ from typing import Any
 from passkt.agents.rollout import Episode, rollout
 from passkt.agents.train.common import env_kwargs_for, load_task_list, step_seed
 from passkt.agents.train.config import GRPOConfig
-from passkt.agents.train.report import trl_report_to
 from passkt.envs.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
@@ -332,7 +331,8 @@ def trl_args(config: GRPOConfig, world_size: int = 1, **overrides: Any) -> dict[
     processes, split into micro-batches of ``micro_batch_size`` (TRL's
     ``per_device_train_batch_size``) with gradient accumulation over the rest, as in
     ``train_grpo``. ``overrides`` (any ``trl.GRPOConfig`` field, e.g. ``use_vllm=True``,
-    ``vllm_mode="server"``, ``report_to=["wandb"]``) win.
+    ``vllm_mode="server"``) win. Metrics go through passkt's ``MetricsLogger`` (``report_to``
+    of the passkt config), not transformers' own reporters.
 
     Raises:
         ValueError: For settings TRL has no equivalent of (RLOO advantages, another
@@ -384,7 +384,7 @@ def trl_args(config: GRPOConfig, world_size: int = 1, **overrides: Any) -> dict[
         "save_strategy": "steps" if config.save_every else "no",
         "save_steps": config.save_every or 500,
         "save_total_limit": config.save_total_limit,
-        "report_to": trl_report_to(config.report_to),
+        "report_to": "none",  # our MetricsLogger callback writes the same sinks as train_grpo
         "use_cpu": not torch.cuda.is_available(),
         "bf16": config.dtype == "bfloat16",
         "model_init_kwargs": {"dtype": config.dtype if config.dtype != "auto" else "auto"},
@@ -425,6 +425,7 @@ def make_trl_trainer(config: GRPOConfig, **trl_overrides: Any) -> Any:
     except ImportError as e:
         raise MissingDependencyError("trl", "trl") from e
     from passkt.agents.train.config import policy_path
+    from passkt.agents.train.report import make_callback
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     args = TRLConfig(**trl_args(config, world, **trl_overrides))
@@ -436,6 +437,7 @@ def make_trl_trainer(config: GRPOConfig, **trl_overrides: Any) -> Any:
         train_dataset=build_dataset(config),
         peft_config=lora_config(config),
         rollout_func=PassktRollout(config, max_completion_length=args.max_completion_length),
+        callbacks=[make_callback(Path(config.output_dir), config.report_to, config.to_dict())],
     )
 
 

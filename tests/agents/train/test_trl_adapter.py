@@ -171,9 +171,11 @@ def test_the_fixed_batch_check_wants_one_micro_batch():
 def test_train_grpo_trl_leaves_a_checkpoint_passkt_loads_and_resumes(
     tiny64, people, tmp_path, finetune, monkeypatch
 ):
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # offline by default
     from passkt.agents.hf import HFPolicy
     from passkt.agents.policy import SamplingParams
     from passkt.agents.train import trl as adapter
+    from passkt.agents.train.common import read_metrics
     from passkt.agents.train.trl import train_grpo_trl
 
     calls = []
@@ -192,6 +194,7 @@ def test_train_grpo_trl_leaves_a_checkpoint_passkt_loads_and_resumes(
         finetune=finetune,
         save_every=1,
         learning_rate=1e-3,
+        report_to=("tensorboard", "wandb"),
         output_dir=str(tmp_path / "run"),
         progress=False,
     )
@@ -207,3 +210,13 @@ def test_train_grpo_trl_leaves_a_checkpoint_passkt_loads_and_resumes(
     # resuming continues from checkpoint-1: one more rollout (at step 1), not a fresh start
     resumed = train_grpo_trl(config(**{**fields, "max_steps": 2}), resume=True)
     assert resumed.steps == 2 and calls == [0, 1]
+    # TRL's logs went through our sinks, under our names, one line per step across the resume
+    out = tmp_path / "run"
+    metrics = read_metrics(out)
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert {"reward/mean", "episode/tool_calls", "loss"} <= set(metrics[-1])
+    import wandb
+
+    wandb.teardown()  # the wandb service writes the run file in the background; wait for it
+    assert b"reward/mean" in next((out / "wandb").glob("offline-run-*/run-*.wandb")).read_bytes()
+    assert list((out / "tb").glob("events.out.tfevents.*"))
