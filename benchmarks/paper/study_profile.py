@@ -58,7 +58,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "sft": {},
     "grpo": {},
-    "train": {"backend": "passkt"},
+    "train": {"backend": "passkt", "trl": {}},
     "stats": {"n_boot": 1000, "level": 0.95},
     "analyze": {
         "perplexity_of": ["RL"],
@@ -70,7 +70,7 @@ DEFAULTS: dict[str, Any] = {
 }
 """Every key a profile may set, with its default (``0`` / ``[]`` mean "the library default")."""
 
-_OPEN_TABLES = ("env", "base", "sft", "grpo", "eval.options")
+_OPEN_TABLES = ("env", "base", "sft", "grpo", "eval.options", "train.trl")
 """Tables whose keys are checked elsewhere (by the trainer configs, ``PretrainConfig``...)."""
 
 

@@ -15,7 +15,8 @@ from study_profile import StudyError, resolve  # noqa: E402
 
 def test_paper_trains_with_passkt_by_default_and_with_trl_when_asked():
     assert resolve("paper")["train"]["backend"] == "passkt"
-    assert resolve("paper", ['train.backend="trl"'])["train"]["backend"] == "trl"
+    trl = resolve("paper", ['train.backend="trl"', "train.trl.use_vllm=true"])["train"]
+    assert trl["backend"] == "trl" and trl["trl"] == {"use_vllm": True}  # TRL options pass on
 
 
 def test_an_unknown_backend_is_refused_with_the_choices():
