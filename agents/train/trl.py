@@ -331,7 +331,9 @@ def trl_args(config: GRPOConfig, world_size: int = 1, **overrides: Any) -> dict[
     processes, split into micro-batches of ``micro_batch_size`` (TRL's
     ``per_device_train_batch_size``) with gradient accumulation over the rest, as in
     ``train_grpo``. ``overrides`` (any ``trl.GRPOConfig`` field, e.g. ``use_vllm=True``,
-    ``vllm_mode="server"``) win. Metrics go through passkt's ``MetricsLogger`` (``report_to``
+    ``vllm_mode="server"``) win. ``max_length`` becomes TRL's ``max_completion_length`` (the
+    multi-turn completion, turns and observations, after the prompt; default 4096). Metrics go
+    through passkt's ``MetricsLogger`` (``report_to``
     of the passkt config), not transformers' own reporters.
 
     Raises:
