@@ -333,8 +333,7 @@ def trl_args(config: GRPOConfig, world_size: int = 1, **overrides: Any) -> dict[
     ``train_grpo``. ``overrides`` (any ``trl.GRPOConfig`` field, e.g. ``use_vllm=True``,
     ``vllm_mode="server"``) win. ``max_length`` becomes TRL's ``max_completion_length`` (the
     multi-turn completion, turns and observations, after the prompt; default 4096). Metrics go
-    through passkt's ``MetricsLogger`` (``report_to``
-    of the passkt config), not transformers' own reporters.
+    through passkt's ``MetricsLogger`` (the config's ``report_to``), not transformers' reporters.
 
     Raises:
         ValueError: For settings TRL has no equivalent of (RLOO advantages, another
