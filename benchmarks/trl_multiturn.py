@@ -179,13 +179,10 @@ def run_passkt(config: GRPOConfig) -> dict:
 
 
 def run_trl(config: GRPOConfig) -> dict:
-    from transformers import PrinterCallback
-
     from passkt.agents.train.trl import make_trl_trainer
 
     wall, cpu = time.perf_counter(), time.process_time()
-    trainer = make_trl_trainer(config, disable_tqdm=True)
-    trainer.remove_callback(PrinterCallback)
+    trainer = make_trl_trainer(config)
     trainer.train()
     out = Path(config.output_dir) / "final"
     trainer.save_model(str(out))

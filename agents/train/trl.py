@@ -430,8 +430,7 @@ def make_trl_trainer(config: GRPOConfig, **trl_overrides: Any) -> Any:
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     args = TRLConfig(**trl_args(config, world, **trl_overrides))
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental
-    return GRPOTrainer(
+    trainer = GRPOTrainer(
         model=policy_path(config.policy),
         reward_funcs=env_reward,
         args=args,
@@ -440,6 +439,11 @@ def make_trl_trainer(config: GRPOConfig, **trl_overrides: Any) -> Any:
         rollout_func=PassktRollout(config, max_completion_length=args.max_completion_length),
         callbacks=[make_callback(Path(config.output_dir), config.report_to, config.to_dict())],
     )
+    if not config.progress:  # with tqdm off, transformers would print every log line instead
+        from transformers import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)
+    return trainer
 
 
 def train_grpo_trl(config: GRPOConfig, *, resume: bool = False, **trl_overrides: Any) -> Any:
