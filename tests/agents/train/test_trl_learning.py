@@ -107,7 +107,7 @@ def lookup_config(start: Path, out: Path, **overrides) -> GRPOConfig:
         t_train=2,
         group_size=8,
         tasks_per_step=4,
-        micro_batch_size=16,
+        micro_batch_size=32,
         learning_rate=1e-3,
         max_new_tokens=24,
         max_steps=8,
