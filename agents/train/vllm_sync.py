@@ -5,13 +5,15 @@ training process (one per process under DDP) instead of transformers' decoding l
 itself stays in transformers / accelerate. After every optimizer step the engine gets the new
 weights (``TrainingRun.optimizer_step`` calls ``VLLMTrainingPolicy.sync``):
 
-- full fine-tuning: every parameter, renamed to the checkpoint names vLLM's model expects
+- full fine-tuning: every parameter, gathered one at a time when ZeRO-3 or FSDP2 shards it
+  (``gathered_parameters``), renamed to the checkpoint names vLLM's model expects
   (``vllm_weight_name``), through vLLM's own ``model.load_weights`` (the call TRL's colocate mode
   makes), then the prefix cache is reset (its entries were computed with the old weights);
 - LoRA: the adapter is saved to ``output_dir/vllm-lora/rank-R/step-N`` and used from the next
   request on as ``LoRARequest(name, id, path)`` with a fresh name and id per step
   (``lora_request_args``): vLLM caches adapters by id, so reusing an id would keep sampling from
-  the first step's adapter.
+  the first step's adapter. The adapter is saved from this process's copy: use LoRA with DDP
+  (``ddp.yaml``), not with a sharded model.
 
 vLLM needs a CUDA GPU. Everything that decides *what* is sent (names, which tensors, adapter
 folders and ids, which folders to delete) is a pure function tested here; the engine calls are the
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,25 @@ def full_weights(named_parameters: Iterable[tuple[str, Any]]) -> list[tuple[str,
         seen.add(target)
         out.append((target, tensor.detach()))
     return out
+
+
+def gathered_parameters(model: Any) -> Iterator[tuple[str, Any]]:
+    """``model.named_parameters()`` with sharded parameters made whole, one at a time.
+
+    A DeepSpeed ZeRO-3 shard is gathered for the duration of its item (a collective: every
+    process iterates), an FSDP2 ``DTensor`` becomes its full tensor; others are given as they are.
+    Consume each item before asking for the next (``VLLMTrainingPolicy.sync`` loads it at once).
+    """
+    for name, param in model.named_parameters():
+        if hasattr(param, "ds_id"):  # DeepSpeed ZeRO-3
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters([param]):
+                yield name, param.data
+        elif hasattr(param, "full_tensor"):  # FSDP2
+            yield name, param.full_tensor()
+        else:
+            yield name, param
 
 
 def adapter_folder(output_dir: str | Path, rank: int, step: int) -> Path:
@@ -140,7 +161,12 @@ class VLLMTrainingPolicy(VLLMPolicy):
                 shutil.rmtree(stale, ignore_errors=True)
             return
         runner_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
-        runner_model.load_weights(full_weights(model.named_parameters()))
+        seen: set[str] = set()
+        for name, tensor in gathered_parameters(model):  # one at a time: ZeRO-3 / FSDP gathers
+            target = vllm_weight_name(name)
+            if target is not None and target not in seen:
+                seen.add(target)
+                runner_model.load_weights([(target, tensor.detach())])
         self.llm.reset_prefix_cache()
 
     def generate_ids(

@@ -62,6 +62,18 @@ def test_full_weights_of_a_real_peft_model_are_the_base_checkpoint_weights(tiny6
     assert torch.equal(by_name[q], base.model.layers[0].self_attn.q_proj.base_layer.weight)
 
 
+def test_unsharded_parameters_are_given_as_they_are(tiny64):
+    from transformers import AutoModelForCausalLM
+
+    from passkt.agents.train.vllm_sync import gathered_parameters
+
+    model = AutoModelForCausalLM.from_pretrained(tiny64)
+    gathered = list(gathered_parameters(model))
+    expected = list(model.named_parameters())
+    assert [n for n, _ in gathered] == [n for n, _ in expected]
+    assert all(a is b for (_, a), (_, b) in zip(gathered, expected, strict=True))
+
+
 def test_each_step_gets_a_fresh_lora_name_and_id_because_vllm_caches_adapters_by_id(tmp_path):
     requests = [lora_request_args(step, adapter_folder(tmp_path, 0, step)) for step in range(4)]
     names, ids, paths = zip(*requests, strict=True)
