@@ -144,6 +144,11 @@ def test_trl_through_the_adapter_and_our_trainer_both_learn_the_lookup(lookup_st
     trainer = make_trl_trainer(lookup_config(lookup_start, tmp_path / "trl"))
     trainer.train()
 
+    # TRL handed the rollout each task G = 8 times in a row: one group of 8 samples per task
+    last = trainer.rollout_func.last_episodes
+    assert [e.sample for e in last] == list(range(8)) * 4
+    assert all(len({e.task_id for e in last[i : i + 8]}) == 1 for i in range(0, 32, 8))
+
     after_ours = sampled_reward(ours.checkpoint)
     after_trl = sampled_reward(trainer.model)
     assert after_ours > before + 0.15, f"passkt GRPO: {before:.2f} -> {after_ours:.2f}"
