@@ -1,6 +1,9 @@
 """Our GRPO next to TRL's ``GRPOTrainer``: same tiny model, same single-turn Math-v0 tasks.
 
-    python benchmarks/grpo_vs_trl.py [--steps 12] [--tasks sevens|synthetic] [--threads 1]
+    python benchmarks/grpo_vs_trl.py [--steps 12] [--tasks sevens|synthetic|lookup] [--threads 1]
+
+``--tasks lookup`` is the multi-turn comparison (``BridgeQA-v0`` 1-hop lookups through the search
+tool, TRL through passkt's adapter ``passkt.agents.train.trl``): see ``trl_multiturn.py``.
 
 Both trainers start from the same checkpoint: the tiny test model (``passkt.agents.tiny``, width
 64) after a short SFT warm-up on the answer format with uniformly random digits, so it answers
@@ -251,7 +254,7 @@ def run_trl(start: Path, env_kwargs: dict, task_ids: list[str], args, work: Path
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=12, help="GRPO steps of each trainer")
-    parser.add_argument("--tasks", choices=("sevens", "synthetic"), default="sevens")
+    parser.add_argument("--tasks", choices=("sevens", "synthetic", "lookup"), default="sevens")
     parser.add_argument("--limit", type=int, default=4, help="number of tasks (synthetic)")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--max-new-tokens", type=int, default=12)
@@ -266,6 +269,11 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        if args.tasks == "lookup":
+            import trl_multiturn
+
+            trl_multiturn.main(args, work)
+            return
         env_kwargs, task_ids = task_setup(args.tasks, args.limit)
         model = make_tiny_checkpoint(work / "tiny", hidden_size=64)
         start = warm_up(model, env_kwargs, task_ids, work)

@@ -353,24 +353,27 @@ def reduce_sums(accelerator: Any, sums: Mapping[str, float]) -> dict[str, float]
 
 
 class MetricsLogger:
-    """Appends one JSON line per step to ``output_dir/metrics.jsonl`` (and TensorBoard if asked).
+    """Appends one JSON line per step to ``output_dir/metrics.jsonl``, and to the ``report_to``
+    sinks (``passkt.agents.train.report``: TensorBoard, W&B).
 
     Only the main process writes; the others hold a disabled logger.
     """
 
-    def __init__(self, output_dir: Path, *, enabled: bool, tensorboard: bool = False) -> None:
+    def __init__(
+        self,
+        output_dir: Path,
+        *,
+        enabled: bool,
+        tensorboard: bool = False,
+        report_to: Sequence[str] = (),
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        from passkt.agents.train.report import make_sinks
+
         self.path = output_dir / "metrics.jsonl"
         self.enabled = enabled
-        self._writer = None
-        if enabled and tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as e:
-                raise ImportError(
-                    "tensorboard=True needs the tensorboard package: pip install tensorboard "
-                    "(or set tensorboard=False; metrics.jsonl is always written)"
-                ) from e
-            self._writer = SummaryWriter(str(output_dir / "tb"))
+        sinks = [*report_to, *(["tensorboard"] if tensorboard else [])]
+        self._sinks = make_sinks(sinks, output_dir, config) if enabled else []
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         """Write one line ``{"step": step, **metrics}``."""
@@ -379,14 +382,12 @@ class MetricsLogger:
         record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
         with open(self.path, "a") as handle:
             handle.write(json.dumps(record) + "\n")
-        if self._writer is not None:
-            for name, value in metrics.items():
-                if isinstance(value, (int, float)):
-                    self._writer.add_scalar(name, value, step)
+        for sink in self._sinks:
+            sink.log(step, {k: _plain(v) for k, v in metrics.items()})
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        for sink in self._sinks:
+            sink.close()
 
 
 def _plain(value: Any) -> Any:

@@ -25,6 +25,8 @@ from passkt.agents.policy import SamplingParams
 FineTune = Literal["full", "lora"]
 Precision = Literal["float32", "bfloat16", "float16", "auto"]
 Scheduler = Literal["constant", "linear", "cosine"]
+REPORT_TO = ("tensorboard", "wandb")
+"""Metric sinks ``report_to`` accepts (besides ``metrics.jsonl``, which is always written)."""
 
 
 @dataclass
@@ -109,7 +111,11 @@ class TrainConfig:
     generation_batch_size: int = 32
     """Most sequences decoded together by the rollout policy (``HFPolicy(batch_size=...)``)."""
     tensorboard: bool = False
-    """Also write TensorBoard events to ``output_dir/tb`` (needs the ``tensorboard`` package)."""
+    """Also write TensorBoard events to ``output_dir/tb`` (same as ``report_to=tensorboard``)."""
+    report_to: tuple[str, ...] = ()
+    """Where else the step metrics go, as in transformers' ``report_to``: ``tensorboard``
+    (``output_dir/tb``) and / or ``wandb`` (offline unless ``WANDB_MODE`` says otherwise);
+    ``metrics.jsonl`` is always written. Both trainer backends log the same slash names."""
     progress: bool = True
     """Show a tqdm progress bar."""
 
@@ -119,6 +125,16 @@ class TrainConfig:
         if self.task_ids is not None:
             self.task_ids = tuple(self.task_ids)
         self.lora_target_modules = tuple(self.lora_target_modules)
+        if isinstance(self.report_to, str):  # "tensorboard,wandb", as transformers accepts
+            self.report_to = tuple(part.strip() for part in self.report_to.split(",") if part)
+        self.report_to = tuple(self.report_to)
+        unknown = sorted(set(self.report_to) - set(REPORT_TO))
+        if unknown:
+            raise ValueError(
+                f"report_to: unknown {unknown}; choose from {list(REPORT_TO)} (or leave it empty)"
+            )
+        if self.tensorboard and "tensorboard" not in self.report_to:
+            self.report_to = (*self.report_to, "tensorboard")
         _positive(
             self,
             "epochs",
@@ -216,6 +232,12 @@ class GRPOConfig(TrainConfig):
     """Nucleus sampling of the training rollouts."""
     top_k: int = 0
     """Top-k sampling of the training rollouts (0: off)."""
+    rollout_engine: Literal["hf", "vllm"] = "hf"
+    """Who samples the training rollouts: ``hf`` (the trained model in transformers) or ``vllm``
+    (a colocated vLLM engine given the new weights, or the LoRA adapter, after every optimizer
+    step; needs a CUDA GPU and ``pip install 'passkt[vllm]'``)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Share of each GPU the colocated vLLM engine may take (the rest is for training)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -234,6 +256,15 @@ class GRPOConfig(TrainConfig):
                 f"every advantage would be 0), got {self.temperature}"
             )
         self.sampling_params()  # validates top_p, top_k
+        if self.rollout_engine == "vllm" and rollout_backend(self.policy) == "lean":
+            raise ValueError(
+                "rollout_engine='vllm' samples with vLLM: use an hf: policy, not lean:"
+            )
+        if not 0 < self.vllm_gpu_memory_utilization < 1:
+            raise ValueError(
+                "vllm_gpu_memory_utilization must be in (0, 1), got "
+                f"{self.vllm_gpu_memory_utilization}"
+            )
 
     def sampling_params(self) -> SamplingParams:
         """The sampling parameters of training rollouts."""

@@ -91,6 +91,8 @@ class TrainingRun:
     eval_tasks: list[Any] = field(default_factory=list)
     last_metrics: dict[str, float] = field(default_factory=dict)
     last_checkpoint: Path | None = None
+    optimizer_steps: int = 0
+    """Optimizer updates made by this process since it started (GRPO: ``num_iterations`` a step)."""
     _bar: Any = None
 
     @property
@@ -133,7 +135,8 @@ class TrainingRun:
             metrics=MetricsLogger(
                 Path(config.output_dir),
                 enabled=accelerator.is_main_process,
-                tensorboard=config.tensorboard,
+                report_to=config.report_to,
+                config=config.to_dict(),
             ),
             resume_from=checkpoint,
         )
@@ -169,9 +172,12 @@ class TrainingRun:
         )
         self.model, self.optimizer = accelerator.prepare(self.model, optimizer)
         self.unwrapped = accelerator.unwrap_model(self.model)
-        self.policy = policy_class(
-            self.unwrapped, tokenizer=self.tokenizer, batch_size=config.generation_batch_size
-        )
+        if getattr(config, "rollout_engine", "hf") == "vllm":
+            self.policy = _vllm_policy(config, self.rank)
+        else:
+            self.policy = policy_class(
+                self.unwrapped, tokenizer=self.tokenizer, batch_size=config.generation_batch_size
+            )
         if self.resume_from is not None:
             state, info = load_trainer_state(self.resume_from, accelerator.process_index)
             if info.get("items_digest") != _items_digest(self.item_ids):
@@ -182,6 +188,9 @@ class TrainingRun:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
             self.start_step = int(info["step"])
+            self.optimizer_steps = self.start_step * optimizer_steps_per_step
+            if hasattr(self.policy, "sync"):  # the vLLM engine starts from the initial weights
+                self.policy.sync(self.unwrapped, self.optimizer_steps)
             logger.info("resuming from %s at step %d", self.resume_from, self.start_step)
         if accelerator.is_main_process:
             self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -224,6 +233,9 @@ class TrainingRun:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer_steps += 1
+        if hasattr(self.policy, "sync"):  # a vLLM engine samples the rollouts: give it the weights
+            self.policy.sync(self.unwrapped, self.optimizer_steps)
         return grad_norm
 
     def end_step(self, step: int, metrics: Mapping[str, float], postfix: str = "") -> None:
@@ -282,6 +294,22 @@ class TrainingRun:
             last_metrics=self.last_metrics,
             model=self.unwrapped,
         )
+
+
+def _vllm_policy(config: TrainConfig, rank: int) -> Any:
+    """The colocated vLLM engine of ``rollout_engine="vllm"`` (see ``vllm_sync``), started from
+    the initial weights (``plan`` syncs it at once when resuming)."""
+    from passkt.agents.train.config import policy_path
+    from passkt.agents.train.vllm_sync import VLLMTrainingPolicy
+
+    return VLLMTrainingPolicy(
+        policy_path(config.policy),
+        lora_rank=config.lora_r if config.finetune == "lora" else None,
+        output_dir=config.output_dir,
+        rank=rank,
+        gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+        seed=config.seed + rank,
+    )
 
 
 def _find_checkpoint(output_dir: Path, resume: bool) -> Path | None:

@@ -62,6 +62,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "sft": {},
     "grpo": {},
+    "train": {"backend": "passkt", "trl": {}},
     "stats": {"n_boot": 1000, "level": 0.95},
     "analyze": {
         "perplexity_of": ["RL"],
@@ -73,7 +74,7 @@ DEFAULTS: dict[str, Any] = {
 }
 """Every key a profile may set, with its default (``0`` / ``[]`` mean "the library default")."""
 
-_OPEN_TABLES = ("env", "base", "sft", "grpo", "eval.options")
+_OPEN_TABLES = ("env", "base", "sft", "grpo", "eval.options", "train.trl")
 """Tables whose keys are checked elsewhere (by the trainer configs, ``PretrainConfig``...)."""
 
 
@@ -222,6 +223,11 @@ def check(profile: Mapping[str, Any], where: str) -> None:
         raise StudyError(f"{where}: eval.budgets must be non-negative integers")
     for method in ("sft", "grpo"):
         _check_trainer(profile, method, where)
+    if profile["train"]["backend"] not in ("passkt", "trl"):
+        raise StudyError(
+            f"{where}: train.backend must be passkt (our GRPO) or trl (TRL's GRPOTrainer through "
+            f"passkt.agents.train.trl), got {profile['train']['backend']!r}"
+        )
     if not set(profile["analyze"]["perplexity_of"]) <= {"base", "SFT", "RL"}:
         raise StudyError(f"{where}: analyze.perplexity_of may name base, SFT and RL")
 

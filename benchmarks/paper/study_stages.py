@@ -316,6 +316,12 @@ def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, A
     config = train_config(study, method, cat, seed)
     if method == "sft":
         from passkt.agents.train.sft import train_sft as train
+    elif study.profile["train"]["backend"] == "trl":  # TRL's GRPOTrainer through the adapter
+        from functools import partial
+
+        from passkt.agents.train.trl import train_grpo_trl
+
+        train = partial(train_grpo_trl, **study.profile["train"]["trl"])  # e.g. use_vllm = true
     else:
         from passkt.agents.train.grpo import train_grpo as train
     result = train(config, resume=True)

@@ -75,6 +75,44 @@ def people_source(category: str, split: str, **options: object) -> list[Task]:
 
 
 def register_test_sources() -> None:
-    """Register ``digits`` and ``people`` (idempotent)."""
+    """Register ``digits``, ``people`` and ``lookup`` (idempotent)."""
     register_source("digits", digit_source)
     register_source("people", people_source)
+    register_source("lookup", lookup_source)
+
+
+LOOKUP_ENV = {"source": "lookup"}
+LOOKUP_IDS = [f"lookup-{i}" for i in range(len(PEOPLE))]
+_FILLER = (
+    ("Harbours", "Harbours shelter ships from storms."),
+    ("Rivers", "Rivers carry water to the sea."),
+    ("Bridges", "Bridges cross rivers and roads."),
+)
+
+
+def lookup_source(category: str, split: str, **options: object) -> list[Task]:
+    """The ``people`` questions with two more filler paragraphs each: a 1-hop lookup whose search
+    finds the person's paragraph (with only two paragraphs, BM25's idf of a term in one of them
+    is 0, so ``people``'s searches return nothing)."""
+    if options:
+        raise TypeError(f"lookup takes no options, got {sorted(options)}")
+    if category != "bridge":
+        return []
+    return [
+        Task(
+            task_id=LOOKUP_IDS[i],
+            category="bridge",
+            question=f"Where was {person} born?",
+            answer=town,
+            paragraphs=(
+                Paragraph(person, f"{person} was born in {town}."),
+                *(Paragraph(title, text) for title, text in _FILLER),
+            ),
+            gold_titles=(person,),
+            gold_queries=(person,),
+            depth=1,
+            source="lookup",
+            split=split,
+        )
+        for i, (person, town) in enumerate(PEOPLE)
+    ]

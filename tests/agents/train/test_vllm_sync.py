@@ -1,0 +1,170 @@
+"""vLLM rollouts in passkt's GRPO: what is sent to the engine (names, tensors, LoRA requests).
+
+The engine itself needs a CUDA GPU; these are the pure functions that decide what it receives.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from passkt.agents.train.config import GRPOConfig
+from passkt.agents.train.vllm_sync import (
+    adapter_folder,
+    full_weights,
+    lora_request_args,
+    stale_adapter_folders,
+    vllm_weight_name,
+)
+
+
+@pytest.mark.parametrize(
+    ("trained", "loaded"),
+    [
+        ("model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.up_proj.weight"),
+        ("module.model.norm.weight", "model.norm.weight"),  # DDP
+        ("_orig_mod.module.lm_head.weight", "lm_head.weight"),  # compiled DDP
+        (
+            "base_model.model.model.layers.1.self_attn.q_proj.base_layer.weight",
+            "model.layers.1.self_attn.q_proj.weight",
+        ),  # peft
+        (
+            "model.layers.0._checkpoint_wrapped_module.mlp.down_proj.weight",
+            "model.layers.0.mlp.down_proj.weight",
+        ),  # activation checkpointing wrapper
+        ("base_model.model.model.layers.1.self_attn.q_proj.lora_A.default.weight", None),
+        ("base_model.model.model.layers.1.self_attn.q_proj.lora_B.default.weight", None),
+    ],
+)
+def test_training_names_map_to_the_checkpoint_names_vllm_loads(trained, loaded):
+    assert vllm_weight_name(trained) == loaded
+
+
+def test_full_weights_of_a_real_peft_model_are_the_base_checkpoint_weights(tiny64):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny64)
+    checkpoint_names = set(base.state_dict())
+    model = get_peft_model(base, LoraConfig(r=4, target_modules="all-linear"))
+    weights = full_weights(model.named_parameters())
+    names = [name for name, _ in weights]
+    assert len(names) == len(set(names))
+    assert set(names) <= checkpoint_names  # every name is one vLLM's loader knows
+    assert not any("lora" in name for name in names)
+    # the tensors are the live parameters (detached), not copies of stale values
+    by_name = dict(weights)
+    q = "model.layers.0.self_attn.q_proj.weight"
+    with torch.no_grad():
+        base.model.layers[0].self_attn.q_proj.base_layer.weight.add_(1.0)
+    assert torch.equal(by_name[q], base.model.layers[0].self_attn.q_proj.base_layer.weight)
+
+
+def test_unsharded_parameters_are_given_as_they_are(tiny64):
+    from transformers import AutoModelForCausalLM
+
+    from passkt.agents.train.vllm_sync import gathered_parameters
+
+    model = AutoModelForCausalLM.from_pretrained(tiny64)
+    gathered = list(gathered_parameters(model))
+    expected = list(model.named_parameters())
+    assert [n for n, _ in gathered] == [n for n, _ in expected]
+    assert all(a is b for (_, a), (_, b) in zip(gathered, expected, strict=True))
+
+
+def test_each_step_gets_a_fresh_lora_name_and_id_because_vllm_caches_adapters_by_id(tmp_path):
+    requests = [lora_request_args(step, adapter_folder(tmp_path, 0, step)) for step in range(4)]
+    names, ids, paths = zip(*requests, strict=True)
+    assert len(set(names)) == 4 and len(set(paths)) == 4
+    assert list(ids) == [1, 2, 3, 4]  # vLLM wants positive ids
+    assert paths[2] == str(tmp_path / "vllm-lora" / "rank-0" / "step-2")
+    assert adapter_folder(tmp_path, 1, 2) != adapter_folder(tmp_path, 0, 2)  # one engine per rank
+    with pytest.raises(ValueError, match="step"):
+        lora_request_args(-1, tmp_path)
+
+
+def test_old_adapter_folders_are_deleted_but_never_the_current_one():
+    folders = [Path(f"/r/step-{i}") for i in (3, 1, 10, 2)]
+    assert stale_adapter_folders(folders, Path("/r/step-10")) == [
+        Path("/r/step-1"),
+        Path("/r/step-2"),
+    ]
+    assert stale_adapter_folders(folders[:2], Path("/r/step-3")) == []
+    # after a resume the current step may sort first: it survives
+    assert Path("/r/step-1") not in stale_adapter_folders(folders, Path("/r/step-1"))
+
+
+def test_the_vllm_rollout_engine_is_a_config_choice_with_checks():
+    config = GRPOConfig(policy="hf:/m", rollout_engine="vllm", vllm_gpu_memory_utilization=0.4)
+    assert config.rollout_engine == "vllm"
+    with pytest.raises(ValueError, match="lean"):
+        GRPOConfig(policy="lean:/m", rollout_engine="vllm")
+    with pytest.raises(ValueError, match="vllm_gpu_memory_utilization"):
+        GRPOConfig(policy="hf:/m", rollout_engine="vllm", vllm_gpu_memory_utilization=1.5)
+    with pytest.raises(ValueError, match="rollout_engine"):
+        GRPOConfig(policy="hf:/m", rollout_engine="sglang")
+
+
+class StandInEngine:
+    """Stands in for the vLLM engine (vLLM needs a CUDA GPU): samples with its own copy of the
+    starting model and, like ``VLLMTrainingPolicy.sync``, loads ``full_weights`` by name."""
+
+    def __init__(self, checkpoint: Path) -> None:
+        from passkt.agents.hf import HFPolicy
+
+        self.inner = HFPolicy(checkpoint)
+        self.tokenizer = self.inner.tokenizer
+        self.pad_token_id = self.inner.pad_token_id
+        self.synced_steps: list[int] = []
+
+    def generate_ids(self, prompts, params):
+        return self.inner.generate_ids(prompts, params)
+
+    def generate(self, conversations, params):
+        return self.inner.generate(conversations, params)
+
+    def sync(self, model, step: int) -> None:
+        state = self.inner.model.state_dict()
+        with torch.no_grad():
+            for name, tensor in full_weights(model.named_parameters()):
+                state[name].copy_(tensor)
+        self.synced_steps.append(step)
+
+
+def test_grpo_gives_the_rollout_engine_the_weights_after_every_optimizer_step(
+    format_checkpoint, digit_tasks, tmp_path, monkeypatch
+):
+    from passkt.agents.train import loop
+    from passkt.agents.train.grpo import train_grpo
+
+    engines = []
+
+    def stand_in(config, rank):
+        engines.append(StandInEngine(Path(config.policy.removeprefix("hf:"))))
+        return engines[-1]
+
+    monkeypatch.setattr(loop, "_vllm_policy", stand_in)
+    config = GRPOConfig(
+        policy=f"hf:{format_checkpoint}",
+        env_id="Math-v0",
+        env_kwargs={"source": "digits"},
+        t_train=0,
+        group_size=4,
+        tasks_per_step=2,
+        micro_batch_size=8,
+        num_iterations=2,
+        learning_rate=1e-3,
+        max_new_tokens=12,
+        max_steps=2,
+        rollout_engine="vllm",
+        output_dir=str(tmp_path / "run"),
+        progress=False,
+    )
+    result = train_grpo(config)
+    (engine,) = engines
+    assert engine.synced_steps == [1, 2, 3, 4]  # 2 steps x 2 iterations
+    trained = result.model.state_dict()
+    sampled = engine.inner.model.state_dict()
+    assert all(torch.equal(trained[name], sampled[name]) for name in trained)
