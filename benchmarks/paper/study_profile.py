@@ -312,6 +312,8 @@ def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict
     path = out / PROFILE_FILE
     if path.is_file():
         stored = json.loads(path.read_text(encoding="utf-8"))
+        # keys added to DEFAULTS after the folder was made (e.g. train) take their defaults
+        stored["profile"] = json.loads(json.dumps(deep_merge(DEFAULTS, stored["profile"])))
         if requested is not None and stored["profile"] != requested:
             diffs = differences(stored["profile"], requested)
             raise StudyError(
@@ -340,7 +342,7 @@ def resolve_stored(out: Path, overrides: Sequence[str]) -> dict[str, Any]:
     path = out / PROFILE_FILE
     if not path.is_file():
         raise StudyError(f"overrides need --profile: {out} holds no study yet ({path} is missing)")
-    stored = json.loads(path.read_text(encoding="utf-8"))["profile"]
+    stored = deep_merge(DEFAULTS, json.loads(path.read_text(encoding="utf-8"))["profile"])
     profile = json.loads(json.dumps(apply_overrides(stored, overrides)))
     check(profile, f"{path} with overrides")
     return profile

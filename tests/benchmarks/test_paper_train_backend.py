@@ -37,3 +37,15 @@ def test_the_accelerate_configs_load_in_accelerate(name, kind):
     assert config.num_processes == 8 and config.mixed_precision == "bf16"
     if kind == "DEEPSPEED":
         assert config.deepspeed_config["zero_stage"] == 3
+
+
+def test_a_study_folder_made_before_train_existed_still_resolves(tmp_path):
+    import json
+
+    from study_profile import pin
+
+    profile = resolve("tiny")
+    old = {k: v for k, v in profile.items() if k != "train"}  # as written before this key
+    (tmp_path / "profile.json").write_text(json.dumps({"source": "tiny", "profile": old}))
+    assert pin(tmp_path, None, None)["train"]["backend"] == "passkt"
+    assert pin(tmp_path, profile, "tiny") == profile  # the same profile, not "another one"

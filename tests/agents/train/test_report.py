@@ -10,6 +10,7 @@ from passkt.agents.train.common import MetricsLogger
 from passkt.agents.train.config import GRPOConfig
 
 
+@pytest.mark.slow  # starts the wandb service (a few seconds)
 def test_wandb_runs_offline_and_holds_the_logged_metrics(tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
     monkeypatch.delenv("WANDB_MODE", raising=False)
