@@ -7,7 +7,8 @@ For every gold (supporting-fact) title of every record, the query is the title i
 in the record's own paragraphs with ``top_k`` = 3 (the envs' default). "before" is the ranking
 the retrievers gave until the title rule: rank-bm25's positive scores only (``_top_k`` of the
 raw scores); "after" is ``search``. Prints, per backend: searches, rank-1 rate of the titled
-paragraph, searches that returned nothing, titled paragraph outside the top 3.
+paragraph, searches that returned nothing, titled paragraph outside the top 3, searches that
+returned fewer than ``k`` documents (zero scores are left out).
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ def main() -> None:
     args = parser.parse_args()
     records = json.loads(args.data.read_text(encoding="utf-8"))
     print(f"{len(records)} records from {args.data}, top_k = {args.k}\n")
-    print("| backend | ranking | searches | rank-1 | empty | not in top k | cpu s |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| backend | ranking | searches | rank-1 | empty | not in top k | < k hits | cpu s |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, backend in BACKENDS.items():
-        rows = {"before": [0, 0, 0, 0, 0.0], "after": [0, 0, 0, 0, 0.0]}
+        rows = {"before": [0, 0, 0, 0, 0, 0.0], "after": [0, 0, 0, 0, 0, 0.0]}
         for record in records:
             paragraphs = [Paragraph(t, "".join(s)) for t, s in record["context"]]
             retriever = backend(paragraphs)
@@ -53,15 +54,16 @@ def main() -> None:
                     else:
                         ranked = [h.doc_index for h in retriever.search(title, args.k)]
                     row = rows[label]
-                    row[4] += time.process_time() - clock
+                    row[5] += time.process_time() - clock
                     row[0] += 1
                     row[1] += bool(ranked) and ranked[0] in gold
                     row[2] += not ranked
                     row[3] += not gold & set(ranked)
-        for label, (n, first, empty, missed, cpu) in rows.items():
+                    row[4] += len(ranked) < min(args.k, len(paragraphs))
+        for label, (n, first, empty, missed, short, cpu) in rows.items():
             print(
                 f"| {name} | {label} | {n} | {first}/{n} = {first / n:.1%} | {empty} | {missed} "
-                f"| {cpu:.2f} |"
+                f"| {short} | {cpu:.2f} |"
             )
 
 

@@ -30,16 +30,15 @@ which is why the per-task setting keeps rank-bm25's variant; on a large corpus o
 cross it.
 
 Every backend ranks as a search engine over a handful of pages does (``rank``): a paragraph whose
-title is the query (same words, ``title_key``) comes first, then the others by score, ties by
-document index (a stable, deterministic tie-break), then the paragraphs that contain a query word
-but scored 0, as a term-matching engine returns every document with a query term. Why: on a
-10-paragraph corpus a word in exactly half the paragraphs has Okapi idf ``log(1) = 0`` (rank-bm25
-floors only negative idfs), so a search for a gold title such as "Manchester Terrier" scored 0
-everywhere and found nothing, and a title often ranked below paragraphs that repeat it. Positive
-scores and their order are rank-bm25's, unchanged. A paragraph with no query word is never
-returned: in the synthetic world that would hand out a hop nobody searched for and break the
-known minimum depth. A user plugs in another backend (dense
-retrieval, another search API) by implementing ``Retriever``.
+title is the query (same words, ``title_key``) comes first, then the others with a positive
+score, by score, ties by document index (a stable, deterministic tie-break). Why the title rule:
+on a 10-paragraph corpus a word in exactly half the paragraphs has Okapi idf ``log(1) = 0``
+(rank-bm25 floors only negative idfs), so a search for a gold title such as "Manchester Terrier"
+scored 0 everywhere and found nothing, and a title often ranked below paragraphs that repeat it.
+Positive scores and their order are rank-bm25's, unchanged, and zero-score paragraphs are still
+left out: returning them (to always give ``k`` documents) would hand the synthetic world's agent
+hops it never searched for, and changes the synthetic envs' observations. A user plugs in another
+backend (dense retrieval, another search API) by implementing ``Retriever``.
 """
 
 from __future__ import annotations
@@ -134,29 +133,20 @@ def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
     return positive[order[:k]]
 
 
-def rank(
-    scores: np.ndarray, k: int, first: Sequence[int] = (), matched: np.ndarray | None = None
-) -> list[int]:
-    """The at most ``k`` documents a search returns: ``first``, then by score, then the matched.
+def rank(scores: np.ndarray, k: int, first: Sequence[int] = ()) -> list[int]:
+    """The at most ``k`` documents a search returns: ``first``, then by positive score.
 
     Args:
         scores: One score per document (``>= 0``); may be empty.
         k: The most to return.
         first: Documents that go first whatever their score (the exact title matches), in order.
-        matched: Per document, whether it contains a query word; those that scored 0 (every
-            such word has idf 0) come after the positive scores, by index.
 
     Returns:
-        Document indices: ``first``, then positive scores best first (ties by lower index), then
-        the matched zero-score documents by index. A document with no query word never comes
-        back: in the synthetic world that would hand out a hop the agent has not searched for.
+        Document indices: ``first``, then positive scores best first (ties by lower index).
     """
     chosen = list(dict.fromkeys(int(i) for i in first))[:k]
     taken = set(chosen)
     chosen += [i for i in map(int, _top_k(scores, k + len(taken))) if i not in taken]
-    if matched is not None and len(chosen) < k:
-        taken = set(chosen)
-        chosen += [i for i in map(int, np.flatnonzero(matched & (scores <= 0))) if i not in taken]
     return chosen[:k]
 
 
@@ -177,10 +167,6 @@ class _BM25Base:
     def _vocabulary(self) -> Container[str]:
         raise NotImplementedError
 
-    def _matched(self, query_tokens: list[str]) -> np.ndarray:
-        """Per document, whether it contains one of ``query_tokens``."""
-        raise NotImplementedError
-
     def search(self, query: str, k: int) -> list[Hit]:
         """The top ``k`` paragraphs for ``query``, ranked by ``rank``.
 
@@ -189,8 +175,8 @@ class _BM25Base:
             k: The most hits to return (``k >= 1``).
 
         Returns:
-            At most ``k`` hits: a paragraph titled ``query`` first, then by BM25 score (ties in
-            corpus order), then paragraphs that contain a query word but scored 0, in order.
+            At most ``k`` hits: a paragraph titled ``query`` first, then the positive BM25
+            scores (ties in corpus order); nothing for a query that matches no title or score.
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
@@ -198,9 +184,7 @@ class _BM25Base:
             return []
         vocabulary = self._vocabulary()
         tokens = [t for t in tokenize(query) if t in vocabulary][:MAX_QUERY_TOKENS]
-        n_docs = len(self.paragraphs)
-        scores = self._scores(tokens) if tokens else np.zeros(n_docs)
-        matched = self._matched(tokens) if tokens else np.zeros(n_docs, dtype=bool)
+        scores = self._scores(tokens) if tokens else np.zeros(len(self.paragraphs))
         first = self._titles.get(title_key(query), ())
         return [
             Hit(
@@ -209,7 +193,7 @@ class _BM25Base:
                 score=float(scores[i]),
                 doc_index=i,
             )
-            for i in rank(scores, k, first, matched)
+            for i in rank(scores, k, first)
         ]
 
     def __len__(self) -> int:
@@ -238,12 +222,6 @@ class RankBM25Retriever(_BM25Base):
 
     def _vocabulary(self) -> Container[str]:
         return {} if self._bm25 is None else self._bm25.idf
-
-    def _matched(self, query_tokens: list[str]) -> np.ndarray:
-        if self._bm25 is None:
-            return np.zeros(len(self.paragraphs), dtype=bool)
-        found = [any(t in freqs for t in query_tokens) for freqs in self._bm25.doc_freqs]
-        return np.array(found, dtype=bool)
 
     def _scores(self, query_tokens: list[str]) -> np.ndarray:
         if self._bm25 is None:
@@ -315,14 +293,6 @@ class BM25sRetriever(_BM25Base):
 
     def _vocabulary(self) -> Container[str]:
         return self._vocab
-
-    def _matched(self, query_tokens: list[str]) -> np.ndarray:
-        matched = np.zeros(len(self.paragraphs), dtype=bool)
-        for token in query_tokens:
-            column = self._vocab.get(token)
-            if column is not None:
-                matched[self._indices[self._indptr[column] : self._indptr[column + 1]]] = True
-        return matched
 
     def _scores(self, query_tokens: list[str]) -> np.ndarray:
         scores = np.zeros(len(self.paragraphs))

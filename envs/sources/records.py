@@ -157,6 +157,10 @@ def _dataset_rows(name: str, config: str | None, split: str, hint: str) -> Any:
             return loaded[split]
         return loaded
     if folder.is_dir():
+        # A plain folder of data files has one config, "default": the source's hub config
+        # (e.g. "distractor") then names nothing, so it is dropped.
+        if config is not None and config not in datasets.get_dataset_config_names(name):
+            config = None
         # datasets keys its cache of a local folder by the folder's name and configs, not its
         # content: two folders named alike would share (stale) rows, so always rebuild.
         return datasets.load_dataset(name, config, split=split, download_mode="force_redownload")

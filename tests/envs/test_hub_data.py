@@ -80,10 +80,15 @@ def test_hotpotqa_in_the_hub_layout_loads_like_the_official_file(tmp_path: Path)
             got = load_tasks(category, split, path=str(repo), test_fraction=0.5)
             assert got == expected and got, (category, split)
             assert [t.metadata for t in got] == [t.metadata for t in expected]
-    env = gym.make("BridgeQA-v0", source="hotpotqa", path=str(repo), split="test")
+    plain = tmp_path / "plain"  # data files alone, no README: datasets' "default" config
+    plain.mkdir()
+    (repo / "distractor" / "validation-00000-of-00001.parquet").rename(plain / "validation.parquet")
+    expected = load_tasks("bridge", "test", path=official, test_fraction=0.5)
+    assert load_tasks("bridge", "test", path=str(plain), test_fraction=0.5) == expected
+    env = gym.make("BridgeQA-v0", source="hotpotqa", path=str(plain), split="test")
     assert env.unwrapped.tasks[0].source == "hotpotqa"
     with pytest.raises(ValueError, match="Unknown split"):
-        load_tasks("bridge", "test", path=str(repo), hf_split="train")
+        load_tasks("bridge", "test", path=str(plain), hf_split="train")
 
 
 def test_math_sources_read_saved_datasets(tmp_path: Path) -> None:
