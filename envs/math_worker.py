@@ -7,6 +7,8 @@ so a loaded machine does not turn slow answers into wrong ones) while it waits f
 kills it with SIGKILL once one comparison has used more than the limit. This works from any
 thread and any process. The next comparison starts a fresh worker. As a backstop for a parent
 that dies mid-comparison, the worker also sets ``RLIMIT_CPU`` on itself before each comparison.
+The worker's CPU time is read from ``/proc`` (Linux); where there is none, the parent waits at
+most ``4 x limit + 1`` seconds of wall time instead.
 
 One worker serves a whole process (comparisons are serialised by a lock; each takes
 milliseconds). A forked child notices that the worker belongs to its parent and starts its own.
@@ -181,8 +183,10 @@ class MathWorker:
         return line
 
     def _wait_reply(self, proc: subprocess.Popen[bytes], start_cpu: float) -> dict | None:
-        # Wall time is only a last resort (for a system without /proc): a generous multiple.
-        deadline = time.monotonic() + max(60.0, 100 * self.cpu_limit_s)
+        if _process_cpu_s(proc.pid) is None:  # no /proc (macOS): bound wall time instead
+            deadline = time.monotonic() + 4 * self.cpu_limit_s + 1.0
+        else:  # a last resort only (a worker stopped by a debugger): CPU is what counts
+            deadline = time.monotonic() + max(60.0, 100 * self.cpu_limit_s)
         line = self._read_line(proc, deadline=deadline, start_cpu=start_cpu)
         return None if line is None else json.loads(line)
 

@@ -22,13 +22,11 @@ from the manifest, which is how an unfinished one is recognised.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import importlib.metadata
 import json
 import logging
 import os
 import platform
-import re
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +35,14 @@ from typing import Any
 
 from passkt.envs.errors import PassktError
 from passkt.eval.outcomes import OutcomeTable
+from passkt.eval.run_integrity import (
+    DIGEST_KEY,
+    SURROGATES,
+    changed_fields,
+    check_no_secrets,
+    escape_surrogates,
+    field_digests,
+)
 from passkt.eval.run_lock import LOCK_FILE, RunLock
 
 __all__ = [
@@ -80,18 +86,6 @@ MATCH_KEYS: tuple[str, ...] = (
 )
 """Manifest keys that decide which samples a run draws: a resumed run must match all of them."""
 
-DIGEST_KEY = "manifest_digest"
-"""Key of the first record of each chunk: a digest of every ``MATCH_KEYS`` field of the manifest
-the chunk was written under, so an edited manifest is caught (``check_digest``)."""
-
-_SURROGATES = "backslashreplace"
-"""How text that UTF-8 cannot encode is written: a lone surrogate (which a model's text may hold,
-e.g. from a JSON ``\\ud800`` escape) only ever occurs inside a JSON string, where Python's
-``\\udXXX`` backslash form is exactly JSON's escape for it, so it reads back as the same
-string. (Two surrogates that form a pair read back as the one character they encode.)"""
-
-_SECRET_OPTION = re.compile(r"(?i)(^|_)(api_?key|token|secret|password|passwd|credentials?)($|_)")
-
 _JSON: dict[str, Any] = {"ensure_ascii": False, "default": str}
 
 _VERSIONED_PACKAGES = ("gymnasium", "numpy", "torch", "transformers", "vllm", "openai", "peft")
@@ -104,11 +98,6 @@ class RunDirError(PassktError, ValueError):
 def _jsonable(value: Any) -> Any:
     """A canonical JSON form (Paths and tuples become strings and lists)."""
     return json.loads(json.dumps(value, default=str))
-
-
-def escape_surrogates(text: str) -> str:
-    """``text`` with each lone surrogate written as ``\\udXXX`` (so that it encodes as UTF-8)."""
-    return text.encode("utf-8", _SURROGATES).decode("utf-8")
 
 
 def _package_versions() -> dict[str, str]:
@@ -181,13 +170,7 @@ def make_manifest(
         ValueError: when an option looks like a secret (``api_key``, ``token``, ...), which the
             manifest would hold in plain text; name an environment variable instead.
     """
-    for key in (*(policy_options or {}), *(runtime or {})):
-        if _SECRET_OPTION.search(str(key)) and not str(key).endswith("_env"):
-            raise ValueError(
-                f"policy option {key!r} looks like a secret and would be written in plain text "
-                f"to {MANIFEST_FILE}; pass {key}_env='NAME' (the environment variable that holds "
-                "it) instead"
-            )
+    check_no_secrets((*(policy_options or {}), *(runtime or {})), MANIFEST_FILE)
     manifest = {
         "format": FORMAT_VERSION,
         "name": name or policy,
@@ -230,31 +213,19 @@ def _chunk_lines(manifest: Mapping[str, Any]) -> list[int]:
 
 def manifest_digest(manifest: Mapping[str, Any]) -> dict[str, str]:
     """A short hash of each field that decides the samples (``MATCH_KEYS``), by field."""
-    return {
-        key: hashlib.sha256(
-            json.dumps(manifest.get(key), sort_keys=True, ensure_ascii=True).encode("ascii")
-        ).hexdigest()[:16]
-        for key in MATCH_KEYS
-    }
+    return field_digests(manifest, MATCH_KEYS)
 
 
 def check_digest(path: Path, line: int, record: Mapping[str, Any], manifest: Mapping[str, Any]):
     """Refuse data written under other values of the manifest's fields, naming the fields.
 
-    Records of an older passkt have no digest and are not checked.
-
     Raises:
-        RunDirError: when a field of the manifest differs from the one the chunk was written with.
+        RunDirError: a request field of the manifest differs from the chunk's (or is corrupt).
     """
-    stored = record.get(DIGEST_KEY)
-    if stored is None:
-        return
-    current = manifest_digest(manifest)
-    if not isinstance(stored, dict):
-        raise RunDirError(
-            f"{path}: line {line}: {DIGEST_KEY} is not an object; the file is corrupt"
-        )
-    changed = [key for key in MATCH_KEYS if stored.get(key) != current[key]]
+    try:
+        changed = changed_fields(record, manifest, MATCH_KEYS)
+    except ValueError as e:
+        raise RunDirError(f"{path}: line {line}: {e}") from None
     if changed:
         raise RunDirError(
             f"{path.parent / MANIFEST_FILE}: field(s) {', '.join(changed)} differ from those "
@@ -454,7 +425,7 @@ def _fsync_dir(directory: Path) -> None:
 def _write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
     path = directory / MANIFEST_FILE
     tmp = path.with_suffix(".json.tmp")
-    with tmp.open("w", encoding="utf-8", errors=_SURROGATES) as f:
+    with tmp.open("w", encoding="utf-8", errors=SURROGATES) as f:
         json.dump(manifest, f, indent=2, ensure_ascii=False)
         f.write("\n")
         f.flush()
@@ -613,7 +584,7 @@ class RunStore:
         payload = "".join(
             json.dumps({"chunk": chunk, **(digest if i == 0 else {}), **record}, **_JSON) + "\n"
             for i, record in enumerate(records)
-        ).encode("utf-8", errors=_SURROGATES)
+        ).encode("utf-8", errors=SURROGATES)
         with self.results_path.open("ab") as f:
             f.write(payload)
             f.flush()

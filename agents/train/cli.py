@@ -152,10 +152,18 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def _check_env(config: TrainConfig) -> None:
     """Fail on a bad env id or env kwarg in one line, as ``passkt eval`` does, before the model
     (which may take minutes to load) is loaded."""
-    from passkt.eval.evaluate import env_info
+    import gymnasium as gym
 
-    kwargs = {k: v for k, v in config.env_kwargs.items() if k != "split"}
-    env_info(config.env_id, kwargs, config.split)
+    import passkt.envs  # noqa: F401  (registers the envs)
+
+    kwargs = {**config.env_kwargs, "split": config.split, "max_tool_calls": 0}
+    try:
+        gym.make(config.env_id, **kwargs).close()
+    except (gym.error.Error, TypeError) as e:
+        message = " ".join(str(e).split())
+        raise ValueError(
+            f"--env {config.env_id} (--env-kwargs {config.env_kwargs}): {message}"
+        ) from e
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -164,3 +164,22 @@ def test_fuzzed_mixtures_never_exceed_the_step_limit(answer: str, task: int) -> 
 
 
 FUZZ_ENV: dict[str, gym.Env] = {}
+
+
+@pytest.mark.slow  # the child starts its own worker
+def test_a_forked_child_gets_its_own_worker() -> None:
+    import os
+
+    worker = shared_worker()
+    assert worker.compare("1", ["1"]).correct
+    parent_pid = worker._proc.pid
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        ok = worker.compare(r"\frac{1}{2}", ["0.5"]).correct and worker._proc.pid != parent_pid
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(child, 0)
+    assert worker.compare("2", ["2"]).correct and worker._proc.pid == parent_pid
