@@ -24,6 +24,7 @@ import gymnasium as gym
 import passkt.envs
 from passkt.envs import ENV_SPECS, Paragraph, Task, load_tasks
 from passkt.envs.retrieval import BM25sRetriever, RankBM25Retriever, global_corpus
+from passkt.envs.sources import synthetic, synthetic_world
 
 DEFAULT_HOTPOT = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DEFAULT_HOTPOT = DEFAULT_HOTPOT / "hotpotqa_dev_distractor_subset.json"
@@ -119,6 +120,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(
         f"python {platform.python_version()}, {os.cpu_count()} CPUs, gymnasium "
         f"{gym.__version__}, passkt {getattr(passkt.envs, '__version__', 'dev')}\n"
+    )
+    start, cpu = time.perf_counter(), time.process_time()
+    synthetic_world.build_world.__wrapped__(7)  # uncached: the world itself
+    world = (time.perf_counter() - start, time.process_time() - cpu)
+    for category in ("bridge", "comparison", "math"):
+        for split in ("train", "test"):
+            synthetic.load_tasks(category, split, seed=7)
+    tasks = (time.perf_counter() - start, time.process_time() - cpu)
+    print(
+        f"synthetic world (seed 7): built in {world[0]:.2f} s wall / {world[1]:.2f} s CPU; "
+        f"with every default task list: {tasks[0]:.2f} s wall / {tasks[1]:.2f} s CPU\n"
     )
     print("| env | steps/s (cold caches) | steps/s (warm) | steps/episode | solved |")
     print("|---|---:|---:|---:|---:|")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import time
 
 import pytest
 
@@ -58,9 +57,7 @@ def test_a_completed_conversion_is_returned_without_converting(monkeypatch, tmp_
         raise AssertionError("must not convert again")
 
     monkeypatch.setattr(smollm, "convert_gguf", boom)
-    start = time.perf_counter()
     assert smollm2_path(tmp_path) == done
-    assert time.perf_counter() - start < 0.1
 
 
 def test_a_half_written_folder_is_refused(tmp_path):
