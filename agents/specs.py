@@ -1,8 +1,10 @@
 """Policy specs: one string names a policy everywhere (CLI, manifests, configs).
 
 ``hf:PATH_OR_ID``, ``vllm:ID``, ``openai:URL#MODEL``, ``scripted:oracle``, ``scripted:heuristic``,
-and ``lean:PATH_OR_ID`` (``HFPolicy`` with the testbed's lean CPU decoding loop for small Llama /
+and ``lean:PATH_OR_ID`` (``HFPolicy`` with the testbed's lean CPU decoding loop for Llama /
 Qwen2 models: the same completions, several times faster; see ``passkt.agents.testbed.decoding``).
+``hf:`` on a CPU (the default device) is ``lean:``: the lean loop falls back to ``HFPolicy``'s own
+for any model it does not support, so it is never slower (``benchmarks/smollm_speed.py``).
 """
 
 from __future__ import annotations
@@ -56,7 +58,13 @@ def load_policy(spec: str, *, tasks: Iterable[Task] | None = None, **options: An
     """
     kind, target = parse_spec(spec)
     policy: Policy
-    if kind == "hf":
+    if kind == "hf" and options.get("device") in (None, "cpu"):
+        # On a CPU the lean loop keeps each episode's KV cache between turns and is faster at
+        # every batch size; it samples with HFPolicy's own code, and other models fall back.
+        from passkt.agents.testbed.decoding import LeanPolicy
+
+        policy = LeanPolicy(target, **options)
+    elif kind == "hf":
         from passkt.agents.hf import HFPolicy
 
         policy = HFPolicy(target, **options)

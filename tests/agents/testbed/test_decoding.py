@@ -153,9 +153,18 @@ def test_lean_spec_loads_a_lean_policy_with_hfpolicy_outputs(nano_checkpoint, te
     from passkt.agents.specs import load_policy
 
     lean = load_policy(f"lean:{nano_checkpoint}", batch_size=4)
-    hf = load_policy(f"hf:{nano_checkpoint}", batch_size=4)
+    hf = HFPolicy(nano_checkpoint, batch_size=4)
     assert isinstance(lean, LeanPolicy) and type(hf) is HFPolicy
     assert lean.fallback_reason is None  # a testbed model takes the lean loop
     prompts = _prompts(testbed_tokenizer, count=4)
     params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=11)
     _assert_same(hf.generate_ids(prompts, params), lean.generate_ids(prompts, params))
+
+
+def test_hf_spec_takes_the_lean_loop_on_a_cpu_only(nano_checkpoint):
+    from passkt.agents.specs import load_policy
+
+    on_cpu = load_policy(f"hf:{nano_checkpoint}", batch_size=4)
+    assert isinstance(on_cpu, LeanPolicy) and on_cpu.fallback_reason is None
+    assert on_cpu.spec == f"hf:{nano_checkpoint}"  # manifests still name the spec given
+    assert type(load_policy(f"hf:{nano_checkpoint}", device="meta")) is HFPolicy
