@@ -12,6 +12,7 @@ import argparse
 import datetime as _dt
 import importlib
 import logging
+import os
 import re
 import sys
 import time
@@ -418,6 +419,12 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
+    parser.add_argument(
+        "--threads",
+        type=_positive_int,
+        help="torch threads (default: the cores this process may use, from its CPU affinity and "
+        "cgroup quota, divided among the torchrun ranks of this machine; or OMP_NUM_THREADS)",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_eval(subparsers)
     _add_report(subparsers)
@@ -440,6 +447,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="passkt: %(levelname)s: %(message)s")
+    from passkt.agents.threads import apply_threads
+
+    apply_threads(args.threads, jobs=int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     try:
         return int(args.func(args) or 0)
     except (PassktError, ValueError, FileNotFoundError) as e:
