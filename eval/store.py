@@ -5,8 +5,11 @@ A run directory holds two files:
 - ``manifest.json``: what was asked for (env id and kwargs, policy, sampling parameters, ``n``,
   budgets, seed, split, task ids, chunk size) and where it ran (passkt, Python and key package
   versions, git commit, creation time). Written once, atomically.
-- ``results.jsonl``: one line per (task, sample, T): the episode's ``Episode.to_record()`` (the
-  transcript and its outcome) plus the index of the chunk it came from.
+- ``results.jsonl``: one line per (task, sample, T): the episode's outcome record
+  (``Episode.to_record()`` without its messages) plus the index of the chunk it came from.
+- ``transcripts.jsonl``: the messages of the same episodes, in the same order, read only by the
+  analyses that need them (``passkt.eval.transcripts``; runs written before it keep their
+  messages in ``results.jsonl``).
 
 The evaluator runs tasks in fixed chunks and appends each finished chunk in one write that is
 flushed and fsynced before the next chunk starts. A crash can therefore only leave (a) a torn last
@@ -31,6 +34,12 @@ from typing import Any
 
 from passkt.envs.errors import PassktError
 from passkt.eval.outcomes import OutcomeTable
+from passkt.eval.transcripts import (
+    TRANSCRIPTS_FILE,
+    append_lines,
+    split_records,
+    truncate_transcripts,
+)
 
 __all__ = [
     "MANIFEST_FILE",
@@ -374,7 +383,7 @@ def _write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
 
 def _holds_no_results(directory: Path) -> bool:
     """Empty, or only a manifest and no results: nothing would be lost by starting over."""
-    names = {p.name for p in directory.iterdir()}
+    names = {p.name for p in directory.iterdir()} - {TRANSCRIPTS_FILE}
     return names <= {MANIFEST_FILE, MANIFEST_FILE + ".tmp"} or (
         names <= {MANIFEST_FILE, RESULTS_FILE}
         and (directory / MANIFEST_FILE).exists()
@@ -416,6 +425,7 @@ class RunStore:
             raise RunDirError(f"{directory} exists and is not a directory; choose another --out")
         if not directory.exists() or _holds_no_results(directory):
             directory.mkdir(parents=True, exist_ok=True)
+            truncate_transcripts(directory, 0)  # of a first chunk that never finished
             _write_manifest(directory, manifest)
             return cls(directory, manifest, ())
         if not resume:
@@ -436,6 +446,8 @@ class RunStore:
         return store
 
     def _truncate(self, contents: RunContents) -> None:
+        finished = sum(self._expected[c] for c in contents.finished_chunks)
+        truncate_transcripts(self.directory, finished)
         path = self.results_path
         if not path.exists() or path.stat().st_size == contents.valid_bytes:
             return
@@ -468,12 +480,8 @@ class RunStore:
                 f"chunk {chunk} must have {self._expected[chunk]} records (tasks x n x budgets), "
                 f"got {len(records)}"
             )
-        payload = "".join(
-            json.dumps({"chunk": chunk, **record}, ensure_ascii=False, default=str) + "\n"
-            for record in records
-        ).encode("utf-8")
-        with self.results_path.open("ab") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
+        # transcripts first: once a chunk's results are on disk, its transcripts are too
+        outcomes, transcripts = split_records(chunk, records)
+        append_lines(self.directory / TRANSCRIPTS_FILE, transcripts)
+        append_lines(self.results_path, ({"chunk": chunk, **r} for r in outcomes))
         self.finished_chunks = self.finished_chunks | {chunk}
