@@ -16,14 +16,16 @@ Methods:
 - ``hf-loop``: ``HFPolicy.generate_ids`` with its own loop (``DynamicCache``, dense masks): what
   ``hf:`` ran before the lean loop became its CPU default.
 - ``lean``: ``LeanPolicy.generate_ids`` (what ``hf:`` and ``lean:`` run on a CPU now).
+- ``lean-bf16`` (only when named in ``--methods``): the lean loop over bfloat16 weights.
 
     python benchmarks/smollm_speed.py                              # batches 1, 8, 64
-    python benchmarks/smollm_speed.py --batches 1,8 --new-tokens 16 --dtype bfloat16
+    python benchmarks/smollm_speed.py --batches 1,8 --context 300 --methods lean,lean-bf16
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import time
 from pathlib import Path
@@ -110,6 +112,13 @@ def main(argv: list[str] | None = None) -> int:
         "lean": lambda ps, n: run_policy(lean, ps, n, args.new_tokens),
     }
     chosen = args.methods.split(",")
+    lean_policies = [lean]
+    if "lean-bf16" in chosen:  # the same loop over a bfloat16 copy of the weights
+        half = copy.deepcopy(base.model).to(torch.bfloat16)
+        lean_bf16 = LeanPolicy(half, base.tokenizer, batch_size=512)
+        lean_bf16.eos_token_ids = frozenset()
+        methods["lean-bf16"] = lambda ps, n: run_policy(lean_bf16, ps, n, args.new_tokens)
+        lean_policies.append(lean_bf16)
     batches = [int(b) for b in args.batches.split(",")]
     prompts = long_prompts(base, max(-(-b // min(b, args.samples)) for b in batches), args.context)
     print(
@@ -129,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         chunk = prompts[: batch // samples]
         results = {}
         for name in chosen:
-            lean._store = None  # no reuse from an earlier call: each call starts cold
+            for policy in lean_policies:
+                policy._store = None  # no reuse from an earlier call: each call starts cold
             wall, cpu = time.perf_counter(), time.process_time()
             with torch.inference_mode():
                 ids = methods[name](chunk, samples)
