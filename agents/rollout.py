@@ -149,16 +149,27 @@ class ChatTokens:
             )
         self.tokenizer = tokenizer
         self._suffix_cache: dict[str, list[int]] = {}
+        self._prompt_cache: dict[tuple[tuple[str, str], ...], list[int]] = {}
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def prompt_ids(self, messages: Conversation) -> list[int]:
-        """Ids of ``messages`` followed by the assistant generation prompt."""
-        text = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
-        return self.encode(text)
+        """Ids of ``messages`` followed by the assistant generation prompt.
+
+        Remembered per conversation: the n samples of a task and its T = 0 branches start from
+        the same first prompt, which is rendered and tokenized once (0.4-0.7 ms a time).
+        """
+        key = tuple((m["role"], m["content"]) for m in messages)
+        cached = self._prompt_cache.get(key)
+        if cached is None:
+            text = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+            cached = self.encode(text)
+            if len(self._prompt_cache) < 4096:
+                self._prompt_cache[key] = cached
+        return list(cached)
 
     def observation_ids(self, observation: str) -> list[int]:
         """Ids that follow an assistant turn: end of turn, the user observation, generation prompt.

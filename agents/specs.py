@@ -1,11 +1,13 @@
 """Policy specs: one string names a policy everywhere (CLI, manifests, configs).
 
 ``hf:PATH_OR_ID``, ``vllm:ID``, ``openai:URL#MODEL``, ``scripted:oracle``, ``scripted:heuristic``,
-``lean:PATH_OR_ID`` (``HFPolicy`` with the testbed's lean CPU decoding loop for small Llama /
-Qwen2 models: the same completions, several times faster; see ``passkt.agents.testbed.decoding``),
+``lean:PATH_OR_ID`` (``HFPolicy`` with the testbed's lean CPU decoding loop for Llama / Qwen2
+models: the same completions, several times faster; see ``passkt.agents.testbed.decoding``),
 and ``py:MODULE:FACTORY`` for your own agent: ``FACTORY(context, **options)`` is called with a
 ``PolicyContext`` (the env id and kwargs, its task ids and records, its protocol) and returns any
-object with ``generate(conversations, params)``.
+object with ``generate(conversations, params)``. ``hf:`` on a CPU (the default device) is
+``lean:``: the lean loop falls back to ``HFPolicy``'s own for any model it does not support, so it
+is never slower (``benchmarks/smollm_speed.py``).
 """
 
 from __future__ import annotations
@@ -119,7 +121,13 @@ def load_policy(
                 "generate(conversations, params) method (see passkt.agents.policy.Policy)"
             )
         return policy
-    if kind == "hf":
+    if kind == "hf" and options.get("device") in (None, "cpu"):
+        # On a CPU the lean loop keeps each episode's KV cache between turns and is faster at
+        # every batch size; it samples with HFPolicy's own code, and other models fall back.
+        from passkt.agents.testbed.decoding import LeanPolicy
+
+        policy = LeanPolicy(target, **options)
+    elif kind == "hf":
         from passkt.agents.hf import HFPolicy
 
         policy = HFPolicy(target, **options)

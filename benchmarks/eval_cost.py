@@ -15,13 +15,20 @@ temperature 0) the two surfaces must be identical, and the script fails if they 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
+import dataclasses
 import sys
 import time
 
 import numpy as np
 
+from passkt.agents import scripted
 from passkt.agents.policy import SamplingParams
+from passkt.agents.rollout import ChatTokens
+from passkt.agents.scripted import HeuristicPolicy
 from passkt.agents.specs import load_policy, parse_spec
+from passkt.envs.base import ToolUseEnv
 from passkt.eval.cli import parse_env_kwargs, parse_int_list
 from passkt.eval.evaluate import default_chunk_tasks, env_info, evaluate
 
@@ -58,7 +65,69 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="hf: cpu / cuda")
     p.add_argument("--dtype", default=None, help="hf: float32 / bfloat16")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--before",
+        action="store_true",
+        help="also run both modes with the fork and prompt costs of before issue 18",
+    )
     return p
+
+
+@contextlib.contextmanager
+def before_issue_18():
+    """The costs the evaluator had before issue 18, restored for a side-by-side measure: every
+    fork deep-copied the env's RNG and both spaces and rebuilt its spec and episode with
+    ``dataclasses.replace``, every sample rendered and tokenized the first prompt again, and the
+    heuristic agent parsed every text of the conversation again at every turn."""
+    fork, prompt_ids, act = ToolUseEnv.fork, ChatTokens.prompt_ids, HeuristicPolicy.act
+    parsers = (scripted._parsed_names, scripted._documents, scripted._searched)
+
+    def old_act(self, conversation, rng, *, greedy):
+        for parser in parsers:
+            parser.cache_clear()
+        return act(self, conversation, rng, greedy=greedy)
+
+    def old_fork(self, max_tool_calls):
+        clone, observation = fork(self, max_tool_calls)
+        clone._episode = dataclasses.replace(clone._episode)
+        clone._np_random = copy.deepcopy(self.np_random)
+        clone.action_space = copy.deepcopy(self.action_space)
+        clone.observation_space = copy.deepcopy(self.observation_space)
+        if self.spec is not None:
+            kwargs = {**self.spec.kwargs, "max_tool_calls": max_tool_calls}
+            clone.spec = dataclasses.replace(self.spec, kwargs=kwargs)
+        return clone, observation
+
+    def old_prompt_ids(self, messages):
+        self._prompt_cache.clear()
+        return prompt_ids(self, messages)
+
+    ToolUseEnv.fork, ChatTokens.prompt_ids = old_fork, old_prompt_ids
+    HeuristicPolicy.act = old_act
+    try:
+        yield
+    finally:
+        ToolUseEnv.fork, ChatTokens.prompt_ids, HeuristicPolicy.act = fork, prompt_ids, act
+
+
+def _evaluate(args, policy, env_kwargs, budgets, params, share):
+    """One evaluation; its result, turns generated, wall and CPU seconds."""
+    counting = _Counting(policy)
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = evaluate(
+        args.env,
+        counting,
+        env_kwargs=env_kwargs,
+        n=args.n,
+        budgets=budgets,
+        limit=args.limit,
+        seed=args.seed,
+        params=params,
+        share_prefix=share,
+        progress=False,
+        chunk_tasks=default_chunk_tasks(args.n),  # the wrapper batches jointly: fixed chunks
+    )
+    return result, counting.sequences, time.perf_counter() - wall, time.process_time() - cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,31 +141,23 @@ def main(argv: list[str] | None = None) -> int:
     params = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     # The oracle ignores sampling; every other policy is deterministic at temperature 0.
     deterministic = args.temperature == 0 or args.policy == "scripted:oracle"
+    args_warm = argparse.Namespace(**{**vars(args), "limit": 2})
+    _evaluate(args_warm, policy, env_kwargs, budgets, params, True)  # imports, caches: not timed
     runs = {}
-    for label, share in (("prefix sharing", True), ("independent per T", False)):
-        counting = _Counting(policy)
-        started = time.perf_counter()
-        result = evaluate(
-            args.env,
-            counting,
-            env_kwargs=env_kwargs,
-            n=args.n,
-            budgets=budgets,
-            limit=args.limit,
-            seed=args.seed,
-            params=params,
-            share_prefix=share,
-            progress=False,
-            chunk_tasks=default_chunk_tasks(args.n),  # the wrapper batches jointly: fixed chunks
-        )
-        runs[label] = (result, counting.sequences, time.perf_counter() - started)
+    for share in (True, False):
+        runs["now", share] = _evaluate(args, policy, env_kwargs, budgets, params, share)
+        if args.before:
+            with before_issue_18():
+                runs["before", share] = _evaluate(args, policy, env_kwargs, budgets, params, share)
 
-    (shared, seq_shared, t_shared), (alone, seq_alone, t_alone) = runs.values()
+    (shared, seq_shared, t_shared, c_shared) = runs["now", True]
+    (alone, seq_alone, t_alone, c_alone) = runs["now", False]
     rows = [
         ("generated tokens", shared.stats.generated_tokens, alone.stats.generated_tokens),
         ("turns generated", seq_shared, seq_alone),
         ("policy calls (rounds)", shared.stats.policy_calls, alone.stats.policy_calls),
         ("wall seconds", t_shared, t_alone),
+        ("CPU seconds", c_shared, c_alone),
     ]
     grid = f"T in {{{','.join(map(str, budgets))}}}"
     print(
@@ -113,10 +174,31 @@ def main(argv: list[str] | None = None) -> int:
     diff = float(np.abs(shared.surface.values - alone.surface.values).max())
     same = shared.outcomes.with_name("x") == alone.outcomes.with_name("x")
     print(f"pass@k surfaces: max |difference| = {diff:.4f}; outcomes identical: {same}")
-    if deterministic and not same:
+    failed = deterministic and not same
+    if args.before:
+        failed |= _print_before_after(runs)
+    if failed:
         print("FAIL: a deterministic policy must give identical estimates", file=sys.stderr)
         return 1
     return 0
+
+
+def _print_before_after(runs) -> bool:
+    """The before/now table (CPU per 1,000 episodes); True if any outcome changed."""
+    print("\nCPU seconds per 1,000 episodes (episodes = tasks x n x T values), same run:")
+    print("| mode | before | now | before / now | outcomes |")
+    print("|---|---:|---:|---:|---|")
+    changed = False
+    for share, label in ((True, "prefix sharing"), (False, "independent per T")):
+        before, now = runs["before", share], runs["now", share]
+        per = 1000 / now[0].stats.episodes
+        same = before[0].outcomes.with_name("x") == now[0].outcomes.with_name("x")
+        changed |= not same
+        print(
+            f"| {label} | {before[3] * per:.2f} | {now[3] * per:.2f} | "
+            f"{before[3] / now[3]:.2f}x | {'identical' if same else 'DIFFERENT'} |"
+        )
+    return changed
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
+import numpy as np
 
 from passkt.envs import search_r1
 from passkt.envs.contract import AgentProtocol
@@ -344,6 +345,20 @@ class ToolUseEnv(gym.Env[str, str]):
 
     # --- Gymnasium API --------------------------------------------------------------------------
 
+    @property
+    def np_random(self) -> Any:
+        """Gymnasium's ``np_random``; a fork's is its parent's, copied as it was at the fork."""
+        state = getattr(self, "_forked_rng_state", None)
+        if self._np_random is None and state is not None:
+            bit_generator = getattr(np.random, state["bit_generator"])()
+            bit_generator.state = state
+            self._np_random, self._forked_rng_state = np.random.Generator(bit_generator), None
+        return gym.Env.np_random.fget(self)
+
+    @np_random.setter
+    def np_random(self, value: Any) -> None:
+        gym.Env.np_random.fset(self, value)
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
@@ -451,8 +466,9 @@ class ToolUseEnv(gym.Env[str, str]):
         the returned observation is the one that episode would show now (the last observation,
         with the final notice if no call is left, and the budget line if ``reveal_budget``), and
         its later rewards and info are that episode's. The copy shares the task list and the
-        search indexes (read-only) and copies the episode state, the RNG and the spaces; it is
-        the raw env (no Gymnasium wrappers).
+        search indexes (read-only) and the spaces (and their sampling RNG), copies the episode
+        state, and gets the RNG's state as it is now (a generator is built only if the copy is
+        reset without a seed); it is the raw env (no Gymnasium wrappers).
 
         Args:
             max_tool_calls: The copy's budget T, at least the number of calls made so far.
@@ -476,15 +492,21 @@ class ToolUseEnv(gym.Env[str, str]):
             raise ValueError(f"{type(self).__name__} has no tools: fork(max_tool_calls=0) only")
         clone = copy.copy(self)
         clone.max_tool_calls = max_tool_calls
-        clone._episode = dataclasses.replace(episode)
-        clone._np_random = copy.deepcopy(self._np_random)
-        clone.action_space = copy.deepcopy(self.action_space)
+        clone._episode = copy.copy(episode)  # immutable fields only: a shallow copy is a copy
+        # Only the episode is copied now: the spaces are shared (read-only settings), and the
+        # RNG, which only reset() draws from, is rebuilt from its state if the clone uses it.
+        # Deep copies of the three cost about 250 us a fork, most of what a fork cost.
+        rng, pending = self._np_random, getattr(self, "_forked_rng_state", None)
+        clone._np_random = None
+        clone._forked_rng_state = pending if rng is None else rng.bit_generator.state
+        if self.spec is not None:  # one spec per budget, shared by this env and its forks
+            specs = self.__dict__.setdefault("_budget_specs", {})
+            if max_tool_calls not in specs:
+                kwargs = {**self.spec.kwargs, "max_tool_calls": max_tool_calls}
+                specs[max_tool_calls] = dataclasses.replace(self.spec, kwargs=kwargs)
+            clone.spec = specs[max_tool_calls]
         if (max_tool_calls == 0) != (self.max_tool_calls == 0):
-            clone.action_space = clone._action_space(max_tool_calls)
-        clone.observation_space = copy.deepcopy(self.observation_space)
-        if self.spec is not None:
-            kwargs = {**self.spec.kwargs, "max_tool_calls": max_tool_calls}
-            clone.spec = dataclasses.replace(self.spec, kwargs=kwargs)
+            clone.action_space = clone._action_space(max_tool_calls)  # answers only at T = 0
         clone._episode.observation = clone._with_suffix(episode.core, max_tool_calls, episode)
         return clone, clone._episode.observation
 

@@ -13,6 +13,7 @@ import datetime as _dt
 import importlib
 import logging
 import math
+import os
 import re
 import sys
 import time
@@ -498,6 +499,12 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
+    parser.add_argument(
+        "--threads",
+        type=_positive_int,
+        help="torch threads (default: the cores this process may use, from its CPU affinity and "
+        "cgroup quota, divided among the torchrun ranks of this machine; or OMP_NUM_THREADS)",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_eval(subparsers)
     _add_report(subparsers)
@@ -524,6 +531,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.path.insert(0, str(Path.cwd()))
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="passkt: %(levelname)s: %(message)s")
+    from passkt.agents.threads import apply_threads
+
+    apply_threads(args.threads, jobs=int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     try:
         return int(args.func(args) or 0)
     except (PassktError, ValueError, FileNotFoundError) as e:

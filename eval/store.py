@@ -5,11 +5,15 @@ A run directory holds these files:
 - ``manifest.json``: what was asked for (env id and kwargs, policy, sampling parameters, ``n``,
   budgets, seed, split, task ids, chunk size) and where it ran (passkt, Python and key package
   versions, git commit, creation time). Written once, atomically.
-- ``results.jsonl``: one line per (task, sample, T): the episode's ``Episode.to_record()`` (the
-  transcript and its outcome) plus the index of the chunk it came from. The first line of each
-  chunk also holds ``manifest_digest``, a hash of each request field of the manifest it was
-  written under: reading refuses a manifest edited since (naming the field), so an edited seed
-  or policy can neither relabel the data in a report nor mix two requests' chunks on resume.
+- ``results.jsonl``: one line per (task, sample, T): the episode's outcome record
+  (``Episode.to_record()`` without its messages) plus the index of the chunk it came from. The
+  first line of each chunk also holds ``manifest_digest``, a hash of each request field of the
+  manifest it was written under: reading refuses a manifest edited since (naming the field), so an
+  edited seed or policy can neither relabel the data in a report nor mix two requests' chunks on
+  resume.
+- ``transcripts.jsonl``: the messages of the same episodes, in the same order, read only by the
+  analyses that need them (``passkt.eval.transcripts``; runs written before it keep their
+  messages in ``results.jsonl``).
 - ``writer.lock``: held (``flock``) by the one process writing the run (``passkt.eval.run_lock``).
 
 The evaluator runs tasks in fixed chunks and appends each finished chunk in one write that is
@@ -44,6 +48,12 @@ from passkt.eval.run_integrity import (
     field_digests,
 )
 from passkt.eval.run_lock import LOCK_FILE, RunLock
+from passkt.eval.transcripts import (
+    TRANSCRIPTS_FILE,
+    append_lines,
+    split_records,
+    truncate_transcripts,
+)
 
 __all__ = [
     "DIGEST_KEY",
@@ -461,7 +471,7 @@ def _check_out_dir(directory: Path) -> None:
 
 def _holds_no_results(directory: Path) -> bool:
     """Empty, or only a manifest and no results: nothing would be lost by starting over."""
-    names = {p.name for p in directory.iterdir()} - {LOCK_FILE}
+    names = {p.name for p in directory.iterdir()} - {LOCK_FILE, TRANSCRIPTS_FILE}
     return names <= {MANIFEST_FILE, MANIFEST_FILE + ".tmp"} or (
         names <= {MANIFEST_FILE, RESULTS_FILE}
         and (directory / MANIFEST_FILE).exists()
@@ -528,6 +538,7 @@ class RunStore:
     @classmethod
     def _open_locked(cls, directory: Path, manifest: dict[str, Any], *, resume: bool) -> RunStore:
         if _holds_no_results(directory):
+            truncate_transcripts(directory, 0)  # of a first chunk that never finished
             _write_manifest(directory, manifest)
             return cls(directory, manifest, ())
         if not resume:
@@ -548,6 +559,8 @@ class RunStore:
         return store
 
     def _truncate(self, contents: RunContents) -> None:
+        finished = sum(self._expected[c] for c in contents.finished_chunks)
+        truncate_transcripts(self.directory, finished)
         path = self.results_path
         if not path.exists() or path.stat().st_size == contents.valid_bytes:
             return
@@ -580,13 +593,12 @@ class RunStore:
                 f"chunk {chunk} must have {self._expected[chunk]} records (tasks x n x budgets), "
                 f"got {len(records)}"
             )
+        # transcripts first: once a chunk's results are on disk, its transcripts are too
+        outcomes, transcripts = split_records(chunk, records)
+        append_lines(self.directory / TRANSCRIPTS_FILE, transcripts)
         digest = {DIGEST_KEY: manifest_digest(self.manifest)}
-        payload = "".join(
-            json.dumps({"chunk": chunk, **(digest if i == 0 else {}), **record}, **_JSON) + "\n"
-            for i, record in enumerate(records)
-        ).encode("utf-8", errors=SURROGATES)
-        with self.results_path.open("ab") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
+        append_lines(
+            self.results_path,
+            ({"chunk": chunk, **(digest if i == 0 else {}), **r} for i, r in enumerate(outcomes)),
+        )
         self.finished_chunks = self.finished_chunks | {chunk}

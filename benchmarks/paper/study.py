@@ -30,6 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from passkt.agents.threads import apply_threads, threads_per_job
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from study_profile import (
@@ -229,8 +231,7 @@ def _slug(text: str) -> str:
 
 def _run_children(study: Study, stage: str, units: Sequence[Unit], jobs: int) -> None:
     """Run units as ``study.py STAGE --only UNIT`` subprocesses, ``jobs`` at a time."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threads = max(1, (cores or 1) // jobs)
+    threads = threads_per_job(jobs)  # affinity and cgroup quota, shared by the jobs
     logs = study.out / "logs" / stage
     logs.mkdir(parents=True, exist_ok=True)
     failed: list[str] = []
@@ -303,10 +304,7 @@ def run(argv: Sequence[str] | None = None) -> Outcome:
     """Parse ``argv`` and run the stage(s); errors raise ``StudyError`` (or ``SystemExit``)."""
     args = _parser().parse_args(argv)
     study = open_study(args)
-    if args.threads is not None:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)  # --threads, else the cores this process may use
     if args.only is not None and args.stage == "all":
         raise StudyError("--only names a unit of one stage; give that stage, not all")
     stages = STAGES if args.stage == "all" else (args.stage,)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from passkt.eval.store import RunDirError, read_run
+from passkt.eval.transcripts import attach_transcripts
 
 __all__ = [
     "RunRecords",
@@ -96,6 +97,7 @@ def load_runs(
                 f"{sorted(grid)} ({hint} with --budget)"
             )
         records = tuple(r for r in content.records if int(r["budget"]) == chosen)
+        records = attach_transcripts(directory, records)  # messages live in their own file
         if not records:
             raise RunDirError(f"{directory}: no finished records at T={chosen}; nothing to analyze")
         name = str(content.manifest.get("name") or directory.resolve().name)

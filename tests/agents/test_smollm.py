@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +164,43 @@ def test_plays_a_real_bridge_qa_episode(smol_policy):
     assert info["category"] == "bridge" and info["task_id"]
     assert 0 <= info["tool_calls"] <= budget
     assert reward == float(info["correct"]) and 0.0 <= info["f1"] <= 1.0
+
+
+@pytest.mark.slow
+@needs_gguf
+def test_hf_spec_on_cpu_rolls_out_hotpotqa_as_hfpolicy_does(smol_policy):
+    """``hf:smollm2-135m-instruct`` (the lean loop, reusing each episode's KV cache across turns
+    and budget branches) plays the same HotpotQA episodes as ``HFPolicy``'s own loop: the same
+    ids at every turn, logprobs equal to float rounding."""
+    import gymnasium as gym
+    import numpy as np
+
+    import passkt.envs  # noqa: F401  (registers the envs)
+    from passkt.agents.policy import SamplingParams
+    from passkt.agents.rollout import rollout
+    from passkt.agents.specs import load_policy
+    from passkt.agents.testbed.decoding import LeanPolicy
+
+    data = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+    kwargs = {"source": "hotpotqa", "path": str(data / "hotpotqa_dev_distractor_subset.json")}
+    task = gym.make("BridgeQA-v0", **kwargs).unwrapped.tasks[0].task_id
+    lean = load_policy(f"hf:{SMOLLM2_ALIAS}")
+    assert isinstance(lean, LeanPolicy) and lean.fallback_reason is None
+    params = SamplingParams(temperature=1.0, max_new_tokens=16, seed=3)
+    runs = [
+        rollout(
+            policy,
+            "BridgeQA-v0",
+            [task],
+            n=2,
+            budgets=(0, 1),
+            env_kwargs=kwargs,
+            params=params,
+            seed=5,
+        )
+        for policy in (smol_policy, lean)
+    ]
+    assert lean.reused_tokens > 0  # later turns and branches did not prefill their prefix again
+    for a, b in zip(runs[0].episodes, runs[1].episodes, strict=True):
+        assert a.token_ids == b.token_ids and a.policy_mask == b.policy_mask
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-3)

@@ -390,6 +390,20 @@ def test_fork_is_independent_and_checked() -> None:
         env.fork(3)
 
 
+def test_a_fork_draws_tasks_as_its_parent_would_without_touching_it() -> None:
+    env = bridge_env(max_tool_calls=3)
+    env.reset(seed=7)
+    twin = bridge_env(max_tool_calls=3)
+    twin.reset(seed=7)
+    fork, _ = env.fork(2)
+    grandchild, _ = fork.fork(3)  # forked before the fork used its RNG
+    drawn = [fork.reset()[1]["task_id"] for _ in range(5)]
+    expected = [twin.reset()[1]["task_id"] for _ in range(5)]
+    assert drawn == expected and len(set(drawn)) > 1
+    assert [grandchild.reset()[1]["task_id"] for _ in range(5)] == expected
+    assert [env.reset()[1]["task_id"] for _ in range(5)] == expected  # the parent did not move
+
+
 # --- argument checks ---
 
 

@@ -144,7 +144,7 @@ def run_dirs(heuristic_run) -> tuple[Path, ...]:
 def count_by_regex(run_dir: Path, budget: int) -> dict[str, int]:
     """Distinct query sequences per task, counted independently of the module."""
     sequences: dict[str, set] = {}
-    for line in (run_dir / "results.jsonl").read_text().splitlines():
+    for line in (run_dir / "transcripts.jsonl").read_text().splitlines():
         r = json.loads(line)
         if r["budget"] != budget:
             continue

@@ -12,6 +12,7 @@ from passkt.agents.policy import SamplingParams
 from passkt.agents.scripted import HeuristicPolicy, OraclePolicy
 from passkt.eval.evaluate import chunk_seed, default_chunk_tasks, env_info, evaluate
 from passkt.eval.store import RESULTS_FILE, RunDirError
+from passkt.eval.transcripts import TRANSCRIPTS_FILE
 
 GREEDY = SamplingParams(temperature=0.0)
 SAMPLED = SamplingParams(temperature=1.0)
@@ -120,7 +121,9 @@ def test_task_selection_order_limit_and_records(tmp_path):
     assert [(r["task_id"], r["budget"]) for r in records] == [
         (picked[0], 0), (picked[0], 3), (picked[1], 0), (picked[1], 3)
     ]  # fmt: skip
-    assert records[0]["messages"][0]["role"] == "system" and records[0]["chunk"] == 0
+    transcripts = [json.loads(line) for line in (tmp_path / "run" / TRANSCRIPTS_FILE).open()]
+    assert transcripts[0]["messages"][0]["role"] == "system" and records[0]["chunk"] == 0
+    assert "messages" not in records[0] and len(transcripts) == len(records)
     assert run.outcomes.categories == ("bridge", "bridge")
 
 

@@ -66,7 +66,9 @@ def scorer(tiny_checkpoint: Path):
 
 def read_records(run_dir: Path, budget: int) -> list[dict]:
     lines = (run_dir / "results.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r["budget"] == budget]
+    transcripts = (run_dir / "transcripts.jsonl").read_text().splitlines()  # same order
+    records = [{**json.loads(a), **json.loads(b)} for a, b in zip(lines, transcripts, strict=True)]
+    return [r for r in records if r["budget"] == budget]
 
 
 # ---------------------------------------------------------------------- segments of text

@@ -14,6 +14,7 @@ import pytest
 from passkt.eval.cli import main
 from passkt.eval.evaluate import evaluate
 from passkt.eval.store import MATCH_KEYS, RESULTS_FILE, load_run
+from passkt.eval.transcripts import TRANSCRIPTS_FILE
 
 TASKS, N, BUDGETS = 24, 8, (0, 1, 2, 3, 5)
 LINES = TASKS * N * len(BUDGETS)
@@ -81,6 +82,10 @@ def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path, capsys):
     resumed_lines = results.read_text(encoding="utf-8").splitlines()
     reference_lines = (tmp_path / "reference" / RESULTS_FILE).read_text().splitlines()
     assert resumed_lines == reference_lines  # every record, byte for byte, in order
+    transcripts = [
+        (d / TRANSCRIPTS_FILE).read_text(encoding="utf-8") for d in (run, tmp_path / "reference")
+    ]
+    assert transcripts[0] == transcripts[1]  # and every transcript
     cells = [(r["task_id"], r["sample"], r["budget"]) for r in map(json.loads, resumed_lines)]
     assert len(cells) == len(set(cells)) == LINES  # nothing missing, nothing twice
     manifest, table = load_run(run)

@@ -17,6 +17,7 @@ from passkt.eval.store import (
     make_manifest,
     read_run,
 )
+from passkt.eval.transcripts import TRANSCRIPTS_FILE, attach_transcripts
 
 TASKS = [f"t{i}" for i in range(5)]
 N = 2
@@ -93,7 +94,11 @@ def test_round_trip_and_file_layout(tmp_path):
     lines = (tmp_path / "run" / RESULTS_FILE).read_text(encoding="utf-8").splitlines()
     assert len(lines) == len(TASKS) * N * len(BUDGETS)
     assert [json.loads(line)["chunk"] for line in lines] == [0] * 8 + [1] * 8 + [2] * 4
-    assert "ünïcode" in lines[0]  # transcripts are stored as written
+    assert all("messages" not in json.loads(line) for line in lines)  # outcomes only
+    transcripts = (tmp_path / "run" / TRANSCRIPTS_FILE).read_text(encoding="utf-8").splitlines()
+    assert len(transcripts) == len(lines) and "ünïcode" in transcripts[0]  # stored as written
+    keys = [{k: json.loads(t)[k] for k in ("task_id", "sample", "budget")} for t in transcripts]
+    assert keys == [{k: json.loads(x)[k] for k in ("task_id", "sample", "budget")} for x in lines]
     stored, table = load_run(tmp_path / "run")
     assert stored == json.loads((tmp_path / "run" / MANIFEST_FILE).read_text())
     assert table.task_ids == tuple(TASKS) and table.budgets == tuple(BUDGETS) and table.n == N
@@ -265,3 +270,39 @@ def test_secret_options_are_never_written(tmp_path, key):
     assert manifest(policy_options={f"{key}_env": "MY_KEY"})["policy_options"] == {
         f"{key}_env": "MY_KEY"
     }
+
+
+def test_analyses_read_transcripts_on_demand_from_either_layout(tmp_path):
+    from passkt.eval.analysis.common import load_records
+
+    write_run(tmp_path / "run")
+    records = load_records(tmp_path / "run", budget=2).records
+    assert len(records) == len(TASKS) * N
+    assert all(r["messages"][0]["content"] == f"question {r['task_id']} ünïcode" for r in records)
+    # a run written before the split: messages inside results.jsonl, no transcripts file
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / MANIFEST_FILE).write_text((tmp_path / "run" / MANIFEST_FILE).read_text())
+    lines = [json.dumps({"chunk": c, **r}) + "\n" for c in range(3) for r in chunk_records(c)]
+    (old / RESULTS_FILE).write_text("".join(lines))
+    assert load_records(old, budget=2).records == tuple(
+        {"chunk": c, **r} for c in range(3) for r in chunk_records(c) if r["budget"] == 2
+    )
+    (tmp_path / "run" / TRANSCRIPTS_FILE).write_text("")
+    with pytest.raises(ValueError, match="no transcript for task 't0', sample 0, T=0"):
+        attach_transcripts(tmp_path / "run", read_run(tmp_path / "run").records)
+
+
+def test_resume_cuts_transcripts_of_a_chunk_whose_results_never_landed(tmp_path):
+    run = tmp_path / "run"
+    write_run(run, chunks=(0, 1))
+    # a crash after chunk 2's transcripts were written but before its results
+    with (run / TRANSCRIPTS_FILE).open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"chunk": 2, "task_id": "t4", "sample": 0, "budget": 0}) + "\n{torn")
+    store = RunStore.open(run, manifest(), resume=True)
+    assert store.finished_chunks == {0, 1}
+    assert len((run / TRANSCRIPTS_FILE).read_text().splitlines()) == 16
+    store.append_chunk(2, chunk_records(2))
+    transcripts = [json.loads(x) for x in (run / TRANSCRIPTS_FILE).read_text().splitlines()]
+    assert [t["chunk"] for t in transcripts] == [0] * 8 + [1] * 8 + [2] * 4
+    assert len(attach_transcripts(run, read_run(run).records)) == 20

@@ -114,6 +114,25 @@ def test_next_turn_reuses_the_cache_and_matches_hfpolicy(loud_model, testbed_tok
         loud_model.model.norm.weight.data.div_(1.5)
 
 
+def test_the_kept_cache_stops_at_its_byte_cap(loud_model, testbed_tokenizer):
+    """Chunks are kept until the cap is reached: with room for about one chunk of 2 rows, the
+    rows of the first chunk are reused next turn and those of the others prefill again."""
+    params = SamplingParams(temperature=0.0, max_new_tokens=4, seed=0)
+    prompts = _prompts(testbed_tokenizer, 6)
+    reused = {}
+    for cap in (2**40, 1):
+        lean = LeanPolicy(
+            loud_model, tokenizer=testbed_tokenizer, batch_size=2, prefix_cache_bytes=cap
+        )
+        first = lean.generate_ids(prompts, params)
+        extended = [p + list(c.token_ids) + [5] for p, c in zip(prompts, first, strict=True)]
+        lean.generate_ids(extended, params)
+        reused[cap] = lean.reused_tokens
+    assert reused[2**40] >= sum(map(len, prompts))  # every row found its prefix
+    assert 0 < reused[1] < reused[2**40]  # only the first chunk's rows did
+    assert reused[1] >= len(prompts[0]) + len(prompts[1])
+
+
 def test_other_architectures_fall_back_to_hfpolicy(testbed_tokenizer):
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -153,9 +172,18 @@ def test_lean_spec_loads_a_lean_policy_with_hfpolicy_outputs(nano_checkpoint, te
     from passkt.agents.specs import load_policy
 
     lean = load_policy(f"lean:{nano_checkpoint}", batch_size=4)
-    hf = load_policy(f"hf:{nano_checkpoint}", batch_size=4)
+    hf = HFPolicy(nano_checkpoint, batch_size=4)
     assert isinstance(lean, LeanPolicy) and type(hf) is HFPolicy
     assert lean.fallback_reason is None  # a testbed model takes the lean loop
     prompts = _prompts(testbed_tokenizer, count=4)
     params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=11)
     _assert_same(hf.generate_ids(prompts, params), lean.generate_ids(prompts, params))
+
+
+def test_hf_spec_takes_the_lean_loop_on_a_cpu_only(nano_checkpoint):
+    from passkt.agents.specs import load_policy
+
+    on_cpu = load_policy(f"hf:{nano_checkpoint}", batch_size=4)
+    assert isinstance(on_cpu, LeanPolicy) and on_cpu.fallback_reason is None
+    assert on_cpu.spec == f"hf:{nano_checkpoint}"  # manifests still name the spec given
+    assert type(load_policy(f"hf:{nano_checkpoint}", device="meta")) is HFPolicy
