@@ -11,6 +11,7 @@ from passkt.agents.policy import Completion
 from passkt.eval.evaluate import evaluate
 from passkt.eval.reports import write_report
 from passkt.eval.store import RESULTS_FILE, read_run
+from passkt.eval.transcripts import TRANSCRIPTS_FILE, attach_transcripts
 
 SEARCH = "<search>Zanev \ud800 river</search>"
 ANSWER = "<answer>city\udcff</answer>"
@@ -45,9 +46,11 @@ def test_lone_surrogates_round_trip_through_store_resume_and_report(tmp_path):
     )
     run = evaluate("BridgeQA-v0", SurrogatePolicy(), out_dir=tmp_path / "run", **kwargs)
     raw = (tmp_path / "run" / RESULTS_FILE).read_bytes()
-    raw.decode("utf-8")  # valid UTF-8 on disk, the surrogates escaped as JSON does
-    assert b"\\ud800" in raw and b"\\udcff" in raw
-    records = read_run(tmp_path / "run").records
+    talk = (tmp_path / "run" / TRANSCRIPTS_FILE).read_bytes()
+    for data in (raw, talk):
+        data.decode("utf-8")  # valid UTF-8 on disk, the surrogates escaped as JSON does
+    assert b"\\udcff" in raw and b"\\ud800" in talk and b"\\udcff" in talk
+    records = attach_transcripts(tmp_path / "run", read_run(tmp_path / "run").records)
     assert {r["answer"] for r in records if r["answer"]} == {"city\udcff"}
     assert any(m["content"] == SEARCH for r in records for m in r["messages"])  # exactly as sent
     assert json.loads((tmp_path / "run" / "manifest.json").read_bytes())["name"] == "run\udcff"
