@@ -199,7 +199,8 @@ class ToolUseEnv(gym.Env[str, str]):
     ## Observation Space
     ``UnicodeText(max_length=OBSERVATION_MAX_LENGTH)``. Reset: the question. After a search:
     ``<information>Doc 1 (Title: T) text\\nDoc 2 (Title: T) text</information>`` (top ``top_k``
-    BM25 hits; ``<information>No documents found.</information>`` if none). After an invalid turn:
+    BM25 hits; ``<information>No documents found.</information>`` if none; with ``search_fill``,
+    on by default for HotpotQA, always ``min(top_k, N)`` hits). After an invalid turn:
     ``Invalid action: <reason>. End your turn with exactly one action: ...``. When no call is left
     (after the T-th call, or at reset when T = 0) the observation ends with ``\\n\\n`` and
     ``FINAL_NOTICE``; with ``reveal_budget=True`` other observations end with ``\\n\\n`` and
