@@ -35,7 +35,13 @@ from passkt.envs.protocol import (
     passkt_protocol,
     render_information,
 )
-from passkt.envs.retrieval import BACKENDS, Retriever, build_retriever, global_corpus
+from passkt.envs.retrieval import (
+    BACKENDS,
+    Retriever,
+    build_retriever,
+    global_corpus,
+    resolve_fill,
+)
 from passkt.envs.spaces import ActionText, UnicodeText
 from passkt.envs.tasks import Category, Paragraph, Task, load_tasks
 
@@ -194,7 +200,8 @@ class ToolUseEnv(gym.Env[str, str]):
     ## Observation Space
     ``UnicodeText(max_length=OBSERVATION_MAX_LENGTH)``. Reset: the question. After a search:
     ``<information>Doc 1 (Title: T) text\\nDoc 2 (Title: T) text</information>`` (top ``top_k``
-    BM25 hits; ``<information>No documents found.</information>`` if none). After an invalid turn:
+    BM25 hits; ``<information>No documents found.</information>`` if none; with ``search_fill``,
+    on by default for HotpotQA, always ``min(top_k, N)`` hits). After an invalid turn:
     ``Invalid action: <reason>. End your turn with exactly one action: ...``. When no call is left
     (after the T-th call, or at reset when T = 0) the observation ends with ``\\n\\n`` and
     ``FINAL_NOTICE``; with ``reveal_budget=True`` other observations end with ``\\n\\n`` and
@@ -245,6 +252,7 @@ class ToolUseEnv(gym.Env[str, str]):
         retriever: RetrieverArg = None,
         render_mode: str | None = None,
         protocol: ProtocolName = "passkt",
+        search_fill: bool | None = None,
     ) -> None:
         name = type(self).__name__
         self.max_tool_calls = _check_int("max_tool_calls", max_tool_calls, 0)
@@ -266,6 +274,7 @@ class ToolUseEnv(gym.Env[str, str]):
         self.reveal_budget = reveal_budget
         self.top_k = _check_int("top_k", top_k, 1)
         search_corpus = _check_search_args(name, corpus, retriever)
+        self.search_fill = resolve_fill(name, search_fill, source, tasks, retriever)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be None or one of {self.metadata['render_modes']}, "
@@ -542,7 +551,11 @@ class ToolUseEnv(gym.Env[str, str]):
         return self.tasks[index]
 
     def _search(self, task: Task, query: str) -> str:
-        hits = self._retrievers.for_task(task).search(query, self.top_k)
+        retriever = self._retrievers.for_task(task)
+        if self.search_fill:  # a built-in backend (resolve_fill): it takes fill=
+            hits = retriever.search(query, self.top_k, fill=True)  # type: ignore[call-arg]
+        else:
+            hits = retriever.search(query, self.top_k)
         if self.protocol_name == "search-r1":
             return search_r1.render_information(hits)
         return render_information(hits, max_chars=OBSERVATION_MAX_LENGTH - _SUFFIX_RESERVE)

@@ -98,6 +98,11 @@ class ComparisonQAEnv(ToolUseEnv):
       - a ``Retriever`` object, used as is for every task (``corpus`` must stay ``"task"``),
         e.g. ``passkt.envs.wikipedia.WikipediaTool(cache="wiki.sqlite")`` for live Wikipedia
         with an on-disk cache (``pip install 'passkt[wiki]'``).
+    - ``search_fill``: a search on a non-empty corpus returns exactly ``min(top_k, N)``
+      documents, the zero-score ones last in corpus order. ``None`` (default): on for
+      ``source="hotpotqa"`` (a search engine over each question's 10 paragraphs always shows
+      ``top_k``), off for the synthetic source (its minimum depth T* needs a search to show only
+      what it names) and for ``tasks=``; only the built-in backends take ``True``.
     - ``render_mode``: ``None`` or ``"ansi"``.
     - ``protocol``: ``"passkt"`` (default) or ``"search-r1"`` (Search-R1's exact prompt, stream
       and document format; ``passkt.envs.search_r1``).
@@ -123,6 +128,7 @@ class ComparisonQAEnv(ToolUseEnv):
         retriever: RetrieverArg = None,
         render_mode: str | None = None,
         protocol: ProtocolName = "passkt",
+        search_fill: bool | None = None,
     ) -> None:
         super().__init__(
             source=source,
@@ -137,4 +143,5 @@ class ComparisonQAEnv(ToolUseEnv):
             retriever=retriever,
             render_mode=render_mode,
             protocol=protocol,
+            search_fill=search_fill,
         )

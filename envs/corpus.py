@@ -484,12 +484,14 @@ class Corpus:
             self._by_title = {t: tuple(ids) for t, ids in by_title.items()}
         return self._by_title.get(title_key(text), ())
 
-    def search(self, query: str, k: int) -> list[Hit]:
+    def search(self, query: str, k: int, *, fill: bool = False) -> list[Hit]:
         """The top ``k`` paragraphs: an exact title match first, then bm25s' positive scores.
 
         Args:
             query: Free text, tokenized like the paragraphs.
             k: The most hits to return (``k >= 1``).
+            fill: Always return ``min(k, len(self))`` hits, zero-score paragraphs last in
+                corpus order (``retrieval.rank``; the envs' ``search_fill``).
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
@@ -500,7 +502,7 @@ class Corpus:
         n_docs = len(self._paragraphs)
         scores = self._index.get_scores_from_ids(ids) if ids else np.zeros(n_docs)
         hits = []
-        for i in rank(scores, k, self._titled(query)):
+        for i in rank(scores, k, self._titled(query), fill):
             paragraph = self._paragraphs[i]
             hits.append(Hit(paragraph.title, paragraph.text, float(scores[i]), i))
         return hits

@@ -36,9 +36,14 @@ on a 10-paragraph corpus a word in exactly half the paragraphs has Okapi idf ``l
 (rank-bm25 floors only negative idfs), so a search for a gold title such as "Manchester Terrier"
 scored 0 everywhere and found nothing, and a title often ranked below paragraphs that repeat it.
 Positive scores and their order are rank-bm25's, unchanged, and zero-score paragraphs are still
-left out: returning them (to always give ``k`` documents) would hand the synthetic world's agent
-hops it never searched for, and changes the synthetic envs' observations. A user plugs in another
-backend (dense retrieval, another search API) by implementing ``Retriever``.
+left out by default: returning them (to always give ``k`` documents) would hand the synthetic
+world's agent hops it never searched for, and changes the synthetic envs' observations. With
+``fill=True`` (``search(query, k, fill=True)``, every backend here and ``Corpus``) a search on a
+non-empty corpus returns exactly ``min(k, N)`` documents, the zero-score ones last in document
+order: a search engine over a question's 10 paragraphs always shows ``k`` pages. The envs turn it
+on for real data (``search_fill``, on for ``source="hotpotqa"``) and leave it off for the
+synthetic world. A user plugs in another backend (dense retrieval, another search API) by
+implementing ``Retriever``.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from passkt.envs.tasks import Paragraph, Task
 
 __all__ = [
     "BACKENDS",
+    "FILL_SOURCES",
     "BM25sRetriever",
     "Backend",
     "Hit",
@@ -66,6 +72,7 @@ __all__ = [
     "build_retriever",
     "global_corpus",
     "rank",
+    "resolve_fill",
     "title_key",
     "tokenize",
 ]
@@ -133,21 +140,31 @@ def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
     return positive[order[:k]]
 
 
-def rank(scores: np.ndarray, k: int, first: Sequence[int] = ()) -> list[int]:
-    """The at most ``k`` documents a search returns: ``first``, then by positive score.
+def rank(scores: np.ndarray, k: int, first: Sequence[int] = (), fill: bool = False) -> list[int]:
+    """The documents a search returns: ``first``, then by positive score, then (``fill``) zeros.
 
     Args:
         scores: One score per document (``>= 0``); may be empty.
         k: The most to return.
         first: Documents that go first whatever their score (the exact title matches), in order.
+        fill: Return exactly ``min(k, len(scores))`` documents: when fewer than ``k`` have a
+            positive score, the zero-score ones follow in document order (the same tie-break as
+            every other tie), as a search engine over a handful of pages always shows ``k``.
 
     Returns:
-        Document indices: ``first``, then positive scores best first (ties by lower index).
+        Document indices: ``first``, then positive scores best first (ties by lower index), then
+        with ``fill`` the other documents by lower index.
     """
     chosen = list(dict.fromkeys(int(i) for i in first))[:k]
     taken = set(chosen)
     chosen += [i for i in map(int, _top_k(scores, k + len(taken))) if i not in taken]
-    return chosen[:k]
+    chosen = chosen[:k]
+    if fill and len(chosen) < k:
+        # Fewer than k hits means every positive score is already in: the rest score 0.
+        taken = set(chosen)
+        rest = (i for i in range(len(scores)) if i not in taken)
+        chosen += [i for _, i in zip(range(k - len(chosen)), rest, strict=False)]
+    return chosen
 
 
 class _BM25Base:
@@ -167,16 +184,20 @@ class _BM25Base:
     def _vocabulary(self) -> Container[str]:
         raise NotImplementedError
 
-    def search(self, query: str, k: int) -> list[Hit]:
+    def search(self, query: str, k: int, *, fill: bool = False) -> list[Hit]:
         """The top ``k`` paragraphs for ``query``, ranked by ``rank``.
 
         Args:
             query: Free text; tokenized like the documents.
             k: The most hits to return (``k >= 1``).
+            fill: Always return ``min(k, len(self))`` hits, the zero-score paragraphs last in
+                corpus order (the envs' ``search_fill``; on for HotpotQA, off for the synthetic
+                world, whose minimum depth needs a search to show only what it names).
 
         Returns:
             At most ``k`` hits: a paragraph titled ``query`` first, then the positive BM25
-            scores (ties in corpus order); nothing for a query that matches no title or score.
+            scores (ties in corpus order); without ``fill``, nothing for a query that matches
+            no title or score.
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
@@ -193,7 +214,7 @@ class _BM25Base:
                 score=float(scores[i]),
                 doc_index=i,
             )
-            for i in rank(scores, k, first)
+            for i in rank(scores, k, first, fill)
         ]
 
     def __len__(self) -> int:
@@ -405,6 +426,32 @@ def build_retriever(backend: str, paragraphs: Sequence[Paragraph]) -> Retriever:
             f"Unknown retriever {backend!r}; choose one of {', '.join(sorted(BACKENDS))}"
         )
     return BACKENDS[backend](paragraphs)
+
+
+FILL_SOURCES = frozenset({"hotpotqa"})
+"""Task sources whose searches return ``top_k`` documents by default (``search_fill=None``)."""
+
+
+def resolve_fill(name: str, search_fill: Any, source: str, tasks: Any, retriever: Any) -> bool:
+    """``search_fill``: on by default for real data, off for the synthetic world.
+
+    Real data (HotpotQA) is the study's setting: a search engine over a question's 10 paragraphs
+    always shows ``top_k`` pages, the zero-score ones last. The synthetic world's minimum depth
+    T* assumes a search shows only what it names; filling would reveal hops unasked. Your own
+    ``tasks=`` and your own retriever keep the default off (a retriever of yours decides how many
+    documents it returns, so ``search_fill=True`` is refused with one).
+    """
+    if search_fill is not None and not isinstance(search_fill, bool):
+        raise ValueError(f"search_fill must be True, False or None, got {search_fill!r}")
+    builtin = retriever is None or isinstance(retriever, str)
+    if search_fill is None:
+        return builtin and tasks is None and source in FILL_SOURCES
+    if search_fill and not builtin:
+        raise ValueError(
+            f"{name}: search_fill=True needs a built-in backend (retriever=None, 'rank_bm25' or "
+            f"'bm25s'); your retriever {retriever!r} decides how many documents it returns."
+        )
+    return search_fill
 
 
 def global_corpus(tasks: Iterable[Task]) -> tuple[Paragraph, ...]:
