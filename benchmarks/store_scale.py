@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         default=320_000,
         help="report the old layout only up to this many episodes (it needs ~8 KB each)",
     )
+    p.add_argument("--plot", help="also draw episodes/CPU-s and peak memory to this PNG")
     args = p.parse_args(argv)
     passkt = [sys.executable, "-m", "passkt.eval.cli", "--threads", "1"]
     root = Path(args.keep or tempfile.mkdtemp(prefix="passkt-scale-"))
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         "(results + transcripts) | report CPU s | report peak MB | report peak MB, old layout |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
     for episodes in (int(e) for e in args.episodes.split(",")):
         n = max(1, episodes // (TASKS * len(BUDGETS)))
         run = root / f"run-{episodes}"
@@ -94,10 +96,33 @@ def main(argv: list[str] | None = None) -> int:
             f"{report_cpu:.1f} | {report_peak:,.0f} | {old_peak:,.0f} |",
             flush=True,
         )
+        rows.append((total, total / eval_cpu, eval_peak, report_peak, old_peak))
         if not args.keep:
             shutil.rmtree(run)
             shutil.rmtree(root / f"old-{episodes}", ignore_errors=True)
+    if args.plot:
+        _plot(rows, args.plot)
     return 0
+
+
+def _plot(rows: list[tuple[float, ...]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    episodes, rate, eval_peak, report_peak, old_peak = zip(*rows, strict=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    left.plot(episodes, rate, "o-")
+    left.set(xscale="log", xlabel="episodes", ylabel="episodes per CPU-second", ylim=(0, None))
+    right.plot(episodes, eval_peak, "o-", label="eval")
+    right.plot(episodes, report_peak, "s-", label="report")
+    right.plot(episodes, old_peak, "^--", label="report, layout before")
+    right.set(xscale="log", yscale="log", xlabel="episodes", ylabel="peak RSS (MB)")
+    right.legend()
+    fig.suptitle("passkt eval, scripted:oracle, synthetic BridgeQA (one thread)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":
