@@ -2,7 +2,8 @@
 
 The expert is ``OraclePolicy`` (``expert = "oracle"``): it follows each task's gold chain
 (``<search>`` the gold queries in order, then ``<answer>``); ``expert_format = "plain"`` writes
-its turns as the testbed base's pretraining corpus does (bare actions, worked math). Its episodes run through the same rollout engine and env as GRPO's,
+its turns as the testbed base's pretraining corpus does (bare actions, worked math). Its
+episodes run through the same rollout engine and env as GRPO's,
 on the same task list and budget T_train, and are tokenized with the trained model's own chat
 template (``rollout(..., tokenizer=...)``), so SFT sees exactly the protocol GRPO samples in. With
 ``expert = "self"`` the episodes are instead the policy's own rewarded samples of the same tasks
