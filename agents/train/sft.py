@@ -47,6 +47,11 @@ from passkt.envs.tasks import Task
 logger = logging.getLogger(__name__)
 
 
+class NoSuccessfulSamples(ValueError):
+    """``expert = "self"``: the policy solved none of its samples, so there is nothing to train
+    on (SFT on no data leaves the policy as it is)."""
+
+
 @dataclass(frozen=True)
 class ExpertExample:
     """One expert episode, tokenized for training."""
@@ -263,7 +268,7 @@ def expert_examples(
     elif config.expert == "self":
         examples = build_self_dataset(config)
         if not examples:
-            raise ValueError(
+            raise NoSuccessfulSamples(
                 f"{config.policy} solved none of its {config.self_samples} samples of any "
                 "training task, so the on-policy control has no data; raise self_samples."
             )

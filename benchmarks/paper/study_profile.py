@@ -44,6 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "seeds": [0],
     "limit_eval": 100,
     "limit_train": 200,
+    "methods": ["sft", "grpo"],
     "env": {cat: {"id": env_id, "kwargs": {}} for cat, env_id in CATEGORY_ENVS.items()},
     "base": {},
     "eval": {
@@ -62,6 +63,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "sft": {},
     "grpo": {},
+    "rft": {},
     "train": {"backend": "passkt", "trl": {}},
     "stats": {"n_boot": 1000, "level": 0.95},
     "analyze": {
@@ -74,7 +76,7 @@ DEFAULTS: dict[str, Any] = {
 }
 """Every key a profile may set, with its default (``0`` / ``[]`` mean "the library default")."""
 
-_OPEN_TABLES = ("env", "base", "sft", "grpo", "eval.options", "train.trl")
+_OPEN_TABLES = ("env", "base", "sft", "grpo", "rft", "eval.options", "train.trl")
 """Tables whose keys are checked elsewhere (by the trainer configs, ``PretrainConfig``...)."""
 
 
@@ -221,15 +223,21 @@ def check(profile: Mapping[str, Any], where: str) -> None:
     _positive_int(ev["base_repeats"], "eval.base_repeats", where)
     if not ev["budgets"] or any(not isinstance(t, int) or t < 0 for t in ev["budgets"]):
         raise StudyError(f"{where}: eval.budgets must be non-negative integers")
-    for method in ("sft", "grpo"):
+    methods = profile["methods"]
+    if not {"sft", "grpo"} <= set(methods) or not set(methods) <= set(METHODS):
+        raise StudyError(
+            f"{where}: methods must list sft and grpo, and may add rft (the on-policy control), "
+            f"got {methods!r}"
+        )
+    for method in methods:
         _check_trainer(profile, method, where)
     if profile["train"]["backend"] not in ("passkt", "trl"):
         raise StudyError(
             f"{where}: train.backend must be passkt (our GRPO) or trl (TRL's GRPOTrainer through "
             f"passkt.agents.train.trl), got {profile['train']['backend']!r}"
         )
-    if not set(profile["analyze"]["perplexity_of"]) <= {"base", "SFT", "RL"}:
-        raise StudyError(f"{where}: analyze.perplexity_of may name base, SFT and RL")
+    if not set(profile["analyze"]["perplexity_of"]) <= {"base", "SFT", "RL", "RFT"}:
+        raise StudyError(f"{where}: analyze.perplexity_of may name base, SFT, RL and RFT")
 
 
 def _check_base(base: Mapping[str, Any], where: str) -> None:
@@ -250,8 +258,22 @@ def _check_base(base: Mapping[str, Any], where: str) -> None:
             raise StudyError(f"{where} [base.pretrain]: {e}") from e
 
 
+METHODS = ("sft", "grpo", "rft")
+"""The trained policy kinds: SFT on expert data, GRPO, and the on-policy control ``rft`` (SFT on
+the base's own rewarded samples of the same problems: rejection-sampling fine-tuning)."""
+
+
 def trainer_fields(profile: Mapping[str, Any], method: str, cat: str) -> dict[str, Any]:
-    """The profile's ``[sft]`` / ``[grpo]`` fields with the category's table laid over them."""
+    """The profile's ``[sft]`` / ``[grpo]`` fields with the category's table laid over them.
+
+    ``rft`` is SFT with ``expert = "self"``: the ``[sft]`` fields (the same recipe as the expert
+    control, so only the data differ) with ``[rft]`` laid over them.
+    """
+    if method == "rft":
+        fields = trainer_fields(profile, "sft", cat)
+        fields.update(trainer_fields({**profile, "sft": profile["rft"]}, "sft", cat))
+        fields["expert"] = "self"
+        return fields
     table = profile[method]
     fields = {k: v for k, v in table.items() if k not in profile["env"]}
     fields.update(table.get(cat, {}))
@@ -261,7 +283,7 @@ def trainer_fields(profile: Mapping[str, Any], method: str, cat: str) -> dict[st
 def _check_trainer(profile: Mapping[str, Any], method: str, where: str) -> None:
     from passkt.agents.train.config import GRPOConfig, SFTConfig
 
-    cls = SFTConfig if method == "sft" else GRPOConfig
+    cls = GRPOConfig if method == "grpo" else SFTConfig
     for cat in profile["categories"]:
         fields = trainer_fields(profile, method, cat)
         owned = sorted(set(fields) & set(PIPELINE_FIELDS))

@@ -20,8 +20,6 @@ from typing import Any
 
 from study_stages import ROLES, Study, read_done, run_name
 
-ROLE_ORDER = ("base", "SFT", "RL")
-
 
 def make_report(study: Study) -> dict[str, Any]:
     out = study.report_dir
@@ -167,7 +165,10 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
         gaps = [None if t is None or b is None else t - b for t, b in pairs]
         return _spread(gaps, digits, signs=True)
 
-    header = ["metric", "base", "SFT", "RL", "SFT − base", "RL − base"]
+    trained = study.trained_roles()  # SFT, RL (and RFT, the on-policy control)
+    roles = ("base", *trained)
+    blank = [""] * len(trained)
+    header = ["metric", *roles, *(f"{r} − base" for r in trained)]
     table = []
     for label, key, digits in (
         ("pass@1", "pass@1", 3),
@@ -175,24 +176,24 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
         ("boundary size", "boundary", 0),
     ):
         table.append(
-            [label, *(_spread(runs(r, key), digits) for r in ROLE_ORDER)]
-            + [diff(r, lambda role, key=key: runs(role, key), digits) for r in ("SFT", "RL")]
+            [label, *(_spread(runs(r, key), digits) for r in roles)]
+            + [diff(r, lambda role, key=key: runs(role, key), digits) for r in trained]
         )
     venn = [m["venn"] for m, _ in rows]
     table.append(
         ["only this run solves (3-way)"]
-        + [_spread([v[f"{r} only"] for v in venn], 0) for r in ROLE_ORDER]
-        + ["", ""]
+        + [_spread([v.get(f"{r} only") for v in venn], 0) for r in roles]
+        + blank
     )
     table.append(
         ["solves, base does not (pairwise)", "-"]
-        + [_spread(pair(r, "only_trained"), 0) for r in ("SFT", "RL")]
-        + ["", ""]
+        + [_spread(pair(r, "only_trained"), 0) for r in trained]
+        + blank
     )
     table.append(
         ["base solves, it does not (pairwise)", "-"]
-        + [_spread(pair(r, "only_base"), 0) for r in ("SFT", "RL")]
-        + ["", ""]
+        + [_spread(pair(r, "only_base"), 0) for r in trained]
+        + blank
     )
     floors = [m.get("noise_floor") for m, _ in rows]
     if all(floors):
@@ -201,27 +202,31 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
             f"|gap@n| {_spread([f['max_abs_gap@n'] for f in floors])}, "
             f"swaps {_spread([f['max_swap'] for f in floors], 0)}"
         )
-        table.append(["noise floor (max over base-vs-base pairs)", "-", "-", "-", floor, floor])
+        table.append(
+            [
+                "noise floor (max over base-vs-base pairs)",
+                *["-"] * len(roles),
+                *[floor] * len(trained),
+            ]
+        )
         for key, label in (("gap@1", "pass@1"), ("gap@n", "pass@n"), ("boundary", "boundary")):
             counts = []
-            for r in ("SFT", "RL"):
+            for r in trained:
                 hits = [bool(h) for h in pair(r, f"finding_{key}")]
                 counts.append(f"{sum(hits)}/{len(hits)} seeds")
-            table.append([f"{label} difference is a finding", "-", "-", "-", *counts])
+            table.append([f"{label} difference is a finding", *["-"] * len(roles), *counts])
     crossings = []
-    for r in ("SFT", "RL"):
+    for r in trained:
         ks = pair(r, "crossover_k")
         found = [k for k in ks if k is not None]
         crossings.append(f"{_spread(found, 1)} ({len(found)}/{len(ks)} seeds cross)")
-    table.append([f"crossover k vs base (T = {t_max})", "-", *crossings, "", ""])
+    table.append([f"crossover k vs base (T = {t_max})", "-", *crossings, *blank])
     if any(diversity("base")):
         table.append(
-            ["unique query sequences", *(_spread(diversity(r), 2) for r in ROLE_ORDER)]
-            + [diff(r, diversity, 2) for r in ("SFT", "RL")]
+            ["unique query sequences", *(_spread(diversity(r), 2) for r in roles)]
+            + [diff(r, diversity, 2) for r in trained]
         )
-        table.append(
-            ["Jaccard with base", "-", *(_spread(jaccard(r)) for r in ("SFT", "RL")), "", ""]
-        )
+        table.append(["Jaccard with base", "-", *(_spread(jaccard(r)) for r in trained), *blank])
     text = f"### {cat}: {study.env(cat)[0]} (T_max = {t_max}, n = {n})\n\n" + _table(header, table)
     return text + _perplexity_aggregate(study, rows)
 
@@ -286,9 +291,12 @@ def _seed_figure(study: Study, cat: str) -> str:
 
     t_max = max(study.budgets(cat))
     folders = [study.eval_dir(cat, "base")]
-    folders += [study.eval_dir(cat, r, s) for r in ("rl", "sft") for s in study.seeds]
+    trained = [r.lower() for r in study.trained_roles()]
+    folders += [study.eval_dir(cat, r, s) for r in ("rl", "sft", "rft") if r in trained
+                for s in study.seeds]  # fmt: skip
     curves, colors = {}, {}
-    shades = {"RL": ("#e6550d", "#fd8d3c", "#a63603"), "SFT": ("#3182bd", "#6baed6", "#08519c")}
+    shades = {"RL": ("#e6550d", "#fd8d3c", "#a63603"), "SFT": ("#3182bd", "#6baed6", "#08519c"),
+              "RFT": ("#31a354", "#74c476", "#006d2c")}  # fmt: skip
     for folder in folders:
         _, table = load_run(folder)
         surf = surface(table.select_budgets([t_max]), study.ks())
@@ -302,7 +310,7 @@ def _seed_figure(study: Study, cat: str) -> str:
     plot_pass_curves(
         curves,
         target,
-        title=f"pass@k at T = {t_max}: base, SFT (blues), RL (oranges)",
+        title=f"pass@k at T = {t_max}: base, SFT (blues), RL (oranges), RFT (greens)",
         colors=colors,
     )
     link = Path("figures", cat, "seeds.png").as_posix()
@@ -313,17 +321,18 @@ def _seed_section(study: Study, cat: str, seed: int, metrics: dict, analysis: di
     folder = study.compare_dir(cat, seed)
     figures = study.report_dir / "figures" / cat / f"seed{seed}"
     links = {}
+    roles = ("base", *study.trained_roles())
     report = study.report_dir
     for png in sorted(folder.glob("*.png")):
         links[png.stem] = _copy_figure(png, figures / png.name, report)
-    for role in ROLE_ORDER:
+    for role in roles:
         heatmap = folder / f"surface_{role}" / "heatmap.png"
         links[f"heatmap_{role}"] = _copy_figure(heatmap, figures / f"heatmap_{role}.png", report)
     text = [f"### {cat}, seed {seed}\n"]
-    text.append(" ".join(f"![{role} surface]({links[f'heatmap_{role}']})" for role in ROLE_ORDER))
+    text.append(" ".join(f"![{role} surface]({links[f'heatmap_{role}']})" for role in roles))
     text.append("\n" + " ".join(f"![{stem}]({link})" for stem, link in links.items()
                                 if not stem.startswith("heatmap")) + "\n")  # fmt: skip
-    for role in ROLE_ORDER:
+    for role in roles:
         text.append((folder / f"surface_{role}" / "surface.md").read_text(encoding="utf-8"))
     text.append((folder / "report.md").read_text(encoding="utf-8"))
     analysis_dir = study.analysis_dir(cat, seed)

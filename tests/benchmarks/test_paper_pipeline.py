@@ -330,3 +330,30 @@ def test_a_unit_stopped_by_sigterm_is_recorded_as_aborted(tmp_path):
     assert child.wait(timeout=60) == 143
     (line,) = _lines(tmp_path / "timings.jsonl")
     assert line["unit"] == "slow" and line["status"] == "aborted" and "SIGTERM" in line["error"]
+
+
+@pytest.mark.slow
+def test_the_on_policy_control_is_a_third_trained_kind(tmp_path):
+    """``methods`` with ``rft``: its own training, evaluation and done markers, and a column in
+    the comparison and the report. A 5-step base solves nothing, so RFT has no data: the control
+    is then the base itself (0 steps), recorded as such rather than failing forever."""
+    out = tmp_path / "rft"
+    argv = [*SLICE, "--categories", "C", "--set", "methods=['sft', 'grpo', 'rft']"]
+    argv += ["--set", "rft.self_samples=2"]
+    ran = {stage: study.run([stage, "--out", str(out), *argv]).ran[stage] for stage in study.STAGES}
+    assert ran["train"] == ["grpo/C/s0", "sft/C/s0", "rft/C/s0"]
+    assert sorted(ran["eval-trained"]) == ["C/rft-s0", "C/rl-s0", "C/sft-s0"]
+    done = json.loads((out / "train/rft/C/seed0/done.json").read_text())
+    base = json.loads((out / "base/done.json").read_text())
+    assert done["steps"] == 0 and "solved none" in done["no_data"]
+    assert done["model"] == base["model"]
+    manifest = json.loads((out / "eval/C/rft-seed0/manifest.json").read_text())
+    assert manifest["name"] == "RFT s0" and manifest["seed"] == 0
+    assert manifest["policy"] == f"lean:{(out / base['model']).resolve()}"
+    metrics = json.loads((out / "compare/C/seed0/metrics.json").read_text())
+    assert metrics["runs"]["RFT"]["name"] == "RFT s0" and "RFT" in metrics["vs_base"]
+    assert set(metrics["venn"]) == {"base only", "RL only", "SFT only", "all", "none"}
+    text = (out / "report/report.md").read_text()
+    assert "RFT s0" in text and "RFT − base" in text
+    rerun = ["train", "--out", str(out), "--method", "rft", "--categories", "C"]
+    assert study.run(rerun).ran["train"] == []
