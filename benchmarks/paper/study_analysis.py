@@ -54,9 +54,9 @@ def make_comparison(study: Study, cat: str, seed: int) -> dict[str, Any]:
     runs = _runs(study, cat, seed)
     boot = {"n_boot": stats["n_boot"], "level": stats["level"], "seed": 0}
     repeats = study.base_eval_dirs(cat)[1:]
-    write_comparison(list(runs.values()), out, ks=study.ks(), repeats=repeats, **boot)
+    write_comparison(list(runs.values()), out, ks=study.ks(cat), repeats=repeats, **boot)
     for role, folder in runs.items():
-        write_report(folder, out / f"surface_{role}", ks=study.ks(), **boot)
+        write_report(folder, out / f"surface_{role}", ks=study.ks(cat), **boot)
     metrics = comparison_metrics(study, cat, seed)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     return {"T_max": metrics["T_max"], "runs": {r: m["name"] for r, m in metrics["runs"].items()}}
@@ -95,7 +95,7 @@ def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
         load_run(d)[1].with_name(f"base (eval {r})")
         for r, d in enumerate(study.base_eval_dirs(cat)[1:], 1)
     ]
-    ks = study.ks()
+    ks = study.ks(cat)
     pairs = {}
     floor = None
     for role in study.trained_roles():

@@ -59,6 +59,7 @@ DEFAULTS: dict[str, Any] = {
         "chunk_tasks": 0,
         "seed": 0,
         "base_repeats": 1,
+        "n_per_category": {},
         "options": {},
     },
     "sft": {},
@@ -76,7 +77,8 @@ DEFAULTS: dict[str, Any] = {
 }
 """Every key a profile may set, with its default (``0`` / ``[]`` mean "the library default")."""
 
-_OPEN_TABLES = ("env", "base", "sft", "grpo", "rft", "eval.options", "train.trl")
+_OPEN_TABLES = ("env", "base", "sft", "grpo", "rft", "eval.options", "eval.n_per_category")
+_OPEN_TABLES += ("train.trl",)
 """Tables whose keys are checked elsewhere (by the trainer configs, ``PretrainConfig``...)."""
 
 
@@ -221,6 +223,10 @@ def check(profile: Mapping[str, Any], where: str) -> None:
     _positive_int(ev["n"], "eval.n", where)
     _positive_int(ev["max_new_tokens"], "eval.max_new_tokens", where)
     _positive_int(ev["base_repeats"], "eval.base_repeats", where)
+    for cat, n in ev["n_per_category"].items():
+        if cat not in categories:
+            raise StudyError(f"{where}: eval.n_per_category names {cat!r}, not a category")
+        _positive_int(n, f"eval.n_per_category.{cat}", where)
     if not ev["budgets"] or any(not isinstance(t, int) or t < 0 for t in ev["budgets"]):
         raise StudyError(f"{where}: eval.budgets must be non-negative integers")
     methods = profile["methods"]

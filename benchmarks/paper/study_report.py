@@ -105,9 +105,15 @@ def _overview(study: Study) -> str:
         f"# Matched-data study: {p['name']}\n",
         p["description"].strip() + "\n" if p["description"].strip() else "",
         f"- Base policy: {what}; SFT (expert trajectories) and GRPO trained from it per category "
-        f"and seed on the same {p['limit_train']} training problems.",
+        f"and seed on the same {p['limit_train']} training problems"
+        + (
+            "; RFT (the on-policy control): SFT on the base's own rewarded samples of them."
+            if "rft" in p["methods"]
+            else "."
+        ),
         f"- Evaluation: {p['limit_eval']} problems per category, n = {ev['n']} samples per "
-        f"(problem, T), T in {ev['budgets']} (math: T = 0 only), k in {_k_grid(study.ks())}, "
+        + (f"(n per category: {ev['n_per_category']}) " if ev["n_per_category"] else "")
+        + f"(problem, T), T in {ev['budgets']} (math: T = 0 only), k in {_k_grid(study.ks())}, "
         f"temperature {ev['temperature']}, backend `{ev['backend']}`.",
         f"- Categories: {', '.join(f'{c} ({study.env(c)[0]})' for c in study.categories)}; "
         f"training seeds: {', '.join(map(str, study.seeds))}.",
@@ -299,7 +305,7 @@ def _seed_figure(study: Study, cat: str) -> str:
               "RFT": ("#31a354", "#74c476", "#006d2c")}  # fmt: skip
     for folder in folders:
         _, table = load_run(folder)
-        surf = surface(table.select_budgets([t_max]), study.ks())
+        surf = surface(table.select_budgets([t_max]), study.ks(cat))
         ci = bootstrap_surface(surf, n_boot=study.profile["stats"]["n_boot"])
         curves[table.name] = (surf, ci)
         role, _, seed = table.name.partition(" s")

@@ -96,11 +96,22 @@ class Study:
         """The T grid of a category: T = 0 only for an env without tools (math)."""
         return sorted(set(self.profile["eval"]["budgets"])) if self.has_tools(cat) else [0]
 
-    def ks(self) -> tuple[int, ...]:
+    def n(self, cat: str | None = None) -> int:
+        """Samples per (problem, T) of a category: ``eval.n_per_category`` or ``eval.n``.
+
+        More samples where the base rarely succeeds (the issue-16 rule: n = 128 where base
+        pass@1 < 0.05), so a boundary problem is not one lucky draw in 64."""
+        ev = self.profile["eval"]
+        return int(ev["n_per_category"].get(cat, ev["n"])) if cat else int(ev["n"])
+
+    def ks(self, cat: str | None = None) -> tuple[int, ...]:
+        """The k grid (up to the category's n, which is always on it: pass@n is the boundary)."""
         from passkt.eval.estimator import default_ks
 
-        n = self.profile["eval"]["n"]
+        n = self.n(cat)
         ks = tuple(k for k in self.profile["eval"]["ks"] if k <= n)
+        if ks and ks[-1] != n:
+            ks += (n,)
         return ks or default_ks(n)
 
     def task_ids(self, cat: str, part: str) -> list[str]:
@@ -262,9 +273,9 @@ def make_eval(
         env_id,
         f"{ev['backend']}:{model}",
         env_kwargs=kwargs,
-        n=ev["n"],
+        n=study.n(cat),
         budgets=study.budgets(cat),
-        ks=study.ks(),
+        ks=study.ks(cat),
         split="test",
         task_ids=study.task_ids(cat, "eval"),
         out_dir=study.base_eval_dirs(cat)[repeat]

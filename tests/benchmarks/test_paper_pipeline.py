@@ -339,7 +339,7 @@ def test_the_on_policy_control_is_a_third_trained_kind(tmp_path):
     is then the base itself (0 steps), recorded as such rather than failing forever."""
     out = tmp_path / "rft"
     argv = [*SLICE, "--categories", "C", "--set", "methods=['sft', 'grpo', 'rft']"]
-    argv += ["--set", "rft.self_samples=2"]
+    argv += ["--set", "rft.self_samples=2", "--set", "eval.n_per_category={C = 3}"]
     ran = {stage: study.run([stage, "--out", str(out), *argv]).ran[stage] for stage in study.STAGES}
     assert ran["train"] == ["grpo/C/s0", "sft/C/s0", "rft/C/s0"]
     assert sorted(ran["eval-trained"]) == ["C/rft-s0", "C/rl-s0", "C/sft-s0"]
@@ -349,11 +349,26 @@ def test_the_on_policy_control_is_a_third_trained_kind(tmp_path):
     assert done["model"] == base["model"]
     manifest = json.loads((out / "eval/C/rft-seed0/manifest.json").read_text())
     assert manifest["name"] == "RFT s0" and manifest["seed"] == 0
+    assert manifest["n"] == 3  # eval.n_per_category: more samples where the base rarely succeeds
     assert manifest["policy"] == f"lean:{(out / base['model']).resolve()}"
     metrics = json.loads((out / "compare/C/seed0/metrics.json").read_text())
     assert metrics["runs"]["RFT"]["name"] == "RFT s0" and "RFT" in metrics["vs_base"]
     assert set(metrics["venn"]) == {"base only", "RL only", "SFT only", "all", "none"}
     text = (out / "report/report.md").read_text()
-    assert "RFT s0" in text and "RFT − base" in text
+    assert "RFT s0" in text and "RFT − base" in text and "n per category: {'C': 3}" in text
+    assert metrics["n"] == 3
     rerun = ["train", "--out", str(out), "--method", "rft", "--categories", "C"]
     assert study.run(rerun).ran["train"] == []
+
+
+def test_methods_and_per_category_n_are_checked(tmp_path):
+    out = str(tmp_path / "bad")
+    for setting, message in (
+        ("methods=['sft']", "methods must list sft and grpo"),
+        ("methods=['sft', 'grpo', 'ppo']", "may add rft"),
+        ("eval.n_per_category={D = 128}", "names 'D', not a category"),
+        ("eval.n_per_category={C = 0}", "eval.n_per_category.C must be an integer >= 1"),
+        ("rft.self_keep=0", "self_keep must be an integer >= 1"),
+    ):
+        with pytest.raises(StudyError, match=re.escape(message)):
+            study.run(["splits", "--out", out, "--profile", "tiny", "--set", setting])
