@@ -45,6 +45,8 @@ DEFAULTS: dict[str, Any] = {
     "limit_eval": 100,
     "limit_train": 200,
     "methods": ["sft", "grpo"],
+    "targets": {},
+    "lr_trials": [],
     "env": {cat: {"id": env_id, "kwargs": {}} for cat, env_id in CATEGORY_ENVS.items()},
     "base": {},
     "eval": {
@@ -78,7 +80,7 @@ DEFAULTS: dict[str, Any] = {
 """Every key a profile may set, with its default (``0`` / ``[]`` mean "the library default")."""
 
 _OPEN_TABLES = ("env", "base", "sft", "grpo", "rft", "eval.options", "eval.n_per_category")
-_OPEN_TABLES += ("train.trl",)
+_OPEN_TABLES += ("train.trl", "targets")
 """Tables whose keys are checked elsewhere (by the trainer configs, ``PretrainConfig``...)."""
 
 
@@ -229,6 +231,7 @@ def check(profile: Mapping[str, Any], where: str) -> None:
         _positive_int(n, f"eval.n_per_category.{cat}", where)
     if not ev["budgets"] or any(not isinstance(t, int) or t < 0 for t in ev["budgets"]):
         raise StudyError(f"{where}: eval.budgets must be non-negative integers")
+    _check_targets(profile, where)
     methods = profile["methods"]
     if not {"sft", "grpo"} <= set(methods) or not set(methods) <= set(METHODS):
         raise StudyError(
@@ -244,6 +247,21 @@ def check(profile: Mapping[str, Any], where: str) -> None:
         )
     if not set(profile["analyze"]["perplexity_of"]) <= {"base", "SFT", "RL", "RFT"}:
         raise StudyError(f"{where}: analyze.perplexity_of may name base, SFT, RL and RFT")
+
+
+def _check_targets(profile: Mapping[str, Any], where: str) -> None:
+    """``[targets.CAT]``: ``pass1`` / ``pass_n`` = [low, high] ranges of the base's metrics."""
+    for cat, goal in profile["targets"].items():
+        if cat not in profile["categories"] or not isinstance(goal, dict):
+            raise StudyError(f"{where}: [targets.{cat}] must name a category and be a table")
+        _check_keys(goal, {"pass1": 0, "pass_n": 0}, f"{where} [targets.{cat}]")
+        for key, span in goal.items():
+            ok = isinstance(span, list) and len(span) == 2 and 0 <= span[0] <= span[1] <= 1
+            if not ok:
+                raise StudyError(f"{where}: targets.{cat}.{key} must be [low, high] in [0, 1]")
+    trials = profile["lr_trials"]
+    if not isinstance(trials, list) or not all(isinstance(t, str) for t in trials):
+        raise StudyError(f"{where}: lr_trials must be a list of sentences")
 
 
 def _check_base(base: Mapping[str, Any], where: str) -> None:

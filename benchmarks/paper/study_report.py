@@ -28,7 +28,8 @@ def make_report(study: Study) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     metrics = {(c, s): _json(study.compare_dir(c, s) / "metrics.json") for c, s in _units(study)}
     analyses = {(c, s): _json(study.analysis_dir(c, s) / "analysis.json") for c, s in _units(study)}
-    parts = [_overview(study), "## Seed aggregate\n", _aggregate_intro(study)]
+    parts = [_overview(study), _targets(study), _lr_trials(study)]
+    parts += ["## Seed aggregate\n", _aggregate_intro(study)]
     for cat in study.categories:
         rows = [(metrics[cat, s], analyses[cat, s]) for s in study.seeds]
         parts.append(_aggregate(study, cat, rows))
@@ -121,6 +122,50 @@ def _overview(study: Study) -> str:
         "T_max, the largest T of the category.\n",
     ]
     return "\n".join(line for line in lines if line)
+
+
+def _targets(study: Study) -> str:
+    """Every evaluation of the base against the regime the profile aims at (``[targets.CAT]``,
+    stated before training): pass@1 and pass@(n, T_max), one row per evaluation seed."""
+    from passkt.eval.estimator import surface
+    from passkt.eval.store import load_run
+
+    targets = study.profile["targets"]
+    rows = []
+    for cat in study.categories:
+        t_max, n = max(study.budgets(cat)), study.n(cat)
+        goal = targets.get(cat, {})
+        for folder in study.base_eval_dirs(cat):
+            manifest, table = load_run(folder)
+            surf = surface(table.select_budgets([t_max]), sorted({1, n}))
+            cells = []
+            for key, value in (("pass1", surf.value(1, t_max)), ("pass_n", surf.value(n, t_max))):
+                low, high = goal.get(key, (None, None))
+                inside = "" if low is None else (" (in)" if low <= value <= high else " (OUT)")
+                cells.append(f"{value:.3f}{inside}")
+            wanted = [
+                f"{goal[k][0]}-{goal[k][1]}" if k in goal else "-" for k in ("pass1", "pass_n")
+            ]
+            rows.append([cat, str(manifest.get("seed")), f"{n}, {t_max}", *cells, *wanted])
+    header = ["category", "eval seed", "n, T_max", "pass@1", "pass@(n, T_max)"]
+    header += ["target pass@1", "target pass@(n, T_max)"]
+    intro = (
+        "## Base against the target regime\n\nThe base's own metrics, per evaluation seed, against "
+        "the ranges the profile states (`[targets]`, chosen before any training from the study's "
+        "base figures); the base is calibrated on these alone, never on RL or SFT outcomes.\n\n"
+    )
+    return intro + _table(header, rows)
+
+
+def _lr_trials(study: Study) -> str:
+    trials = study.profile["lr_trials"]
+    if not trials:
+        return "## Learning-rate trials\n\nNone recorded in the profile (`lr_trials`).\n"
+    lines = "\n".join(f"- {trial}" for trial in trials)
+    return (
+        "## Learning-rate trials\n\nWhat was tried before the run, on which training signal "
+        f"(never on the evaluation), as the profile records it (`lr_trials`):\n\n{lines}\n"
+    )
 
 
 # ---------------------------------------------------------------------- seed aggregate

@@ -340,6 +340,8 @@ def test_the_on_policy_control_is_a_third_trained_kind(tmp_path):
     out = tmp_path / "rft"
     argv = [*SLICE, "--categories", "C", "--set", "methods=['sft', 'grpo', 'rft']"]
     argv += ["--set", "rft.self_samples=2", "--set", "eval.n_per_category={C = 3}"]
+    argv += ["--set", "targets.C={pass1 = [0.0, 1.0], pass_n = [0.7, 0.85]}"]
+    argv += ["--set", "lr_trials=['SFT 3e-4: expert NLL 0.12 in 10 epochs']"]
     ran = {stage: study.run([stage, "--out", str(out), *argv]).ran[stage] for stage in study.STAGES}
     assert ran["train"] == ["grpo/C/s0", "sft/C/s0", "rft/C/s0"]
     assert sorted(ran["eval-trained"]) == ["C/rft-s0", "C/rl-s0", "C/sft-s0"]
@@ -357,6 +359,12 @@ def test_the_on_policy_control_is_a_third_trained_kind(tmp_path):
     text = (out / "report/report.md").read_text()
     assert "RFT s0" in text and "RFT − base" in text and "n per category: {'C': 3}" in text
     assert metrics["n"] == 3
+    # Both base evaluations (eval seeds 0, 1) against the targets; pass@1 lies in [0, 1].
+    rows = [line for line in text.splitlines() if line.startswith("| C | ")]
+    target_rows = [r for r in rows if "| 3, 5 |" in r]
+    assert [r.split(" | ")[1] for r in target_rows] == ["0", "1"]
+    assert all("(in)" in r.split(" | ")[3] and "0.7-0.85" in r for r in target_rows)
+    assert "- SFT 3e-4: expert NLL 0.12 in 10 epochs" in text
     rerun = ["train", "--out", str(out), "--method", "rft", "--categories", "C"]
     assert study.run(rerun).ran["train"] == []
 
@@ -369,6 +377,9 @@ def test_methods_and_per_category_n_are_checked(tmp_path):
         ("eval.n_per_category={D = 128}", "names 'D', not a category"),
         ("eval.n_per_category={C = 0}", "eval.n_per_category.C must be an integer >= 1"),
         ("rft.self_keep=0", "self_keep must be an integer >= 1"),
+        ("targets.D={pass1 = [0.3, 0.4]}", "[targets.D] must name a category"),
+        ("targets.C={pass1 = [0.4, 0.3]}", "targets.C.pass1 must be [low, high] in [0, 1]"),
+        ("targets.C={pass2 = [0.3, 0.4]}", "unknown key 'pass2'"),
     ):
         with pytest.raises(StudyError, match=re.escape(message)):
             study.run(["splits", "--out", out, "--profile", "tiny", "--set", setting])
