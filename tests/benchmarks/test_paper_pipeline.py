@@ -376,10 +376,13 @@ def test_methods_and_per_category_n_are_checked(tmp_path):
         ("methods=['sft', 'grpo', 'ppo']", "may add rft"),
         ("eval.n_per_category={D = 128}", "names 'D', not a category"),
         ("eval.n_per_category={C = 0}", "eval.n_per_category.C must be an integer >= 1"),
-        ("rft.self_keep=0", "self_keep must be an integer >= 1"),
+        ("rft={self_keep = 0}", "self_keep must be an integer >= 1"),
         ("targets.D={pass1 = [0.3, 0.4]}", "[targets.D] must name a category"),
         ("targets.C={pass1 = [0.4, 0.3]}", "targets.C.pass1 must be [low, high] in [0, 1]"),
         ("targets.C={pass2 = [0.3, 0.4]}", "unknown key 'pass2'"),
     ):
+        sets = ["--set", setting, "--set", "methods=['sft', 'grpo', 'rft']"]
+        if setting.startswith("methods"):
+            sets = sets[:2]
         with pytest.raises(StudyError, match=re.escape(message)):
-            study.run(["splits", "--out", out, "--profile", "tiny", "--set", setting])
+            study.run(["splits", "--out", out, "--profile", "tiny", *sets])
