@@ -35,6 +35,7 @@ def _config(policy, out, **fields) -> SFTConfig:
     )
 
 
+@pytest.mark.slow
 def test_lora_sft_of_a_testbed_model_learns_worked_math(nano_checkpoint, tmp_path):
     """LoRA adapts a testbed Llama model (the study's SFT is LoRA). An untrained model's output
     head gives near-uniform logits that adapters cannot sharpen, so the model first gets a short

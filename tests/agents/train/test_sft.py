@@ -115,6 +115,7 @@ def test_sft_refuses_data_without_rewarded_episodes(tiny64, people, tmp_path):
         train_sft(config)
 
 
+@pytest.mark.slow
 def test_on_policy_control_trains_on_the_bases_own_successes(format_checkpoint, tmp_path):
     """``expert = "self"`` (rejection sampling): the base's rewarded samples only, at most
     ``self_keep`` per task, and SFT on them makes the greedy policy give the rewarded answer."""
