@@ -65,15 +65,21 @@ class OraclePolicy:
         tasks: The tasks it may be asked about; a conversation is matched to its task by the
             question text in its first user message.
         think: Prefix each action with a one-line ``<think>`` that says why (expert trajectories
-            read more like a model's).
+            read more like a model's). A model that never saw such sentences in pretraining (the
+            testbed base) has to learn their format before any strategy: ``think=False`` writes
+            the bare actions instead.
+        worked: Solve a task that carries its computation (the synthetic math problems'
+            ``start`` / ``steps``) step by step before answering, in the worked-solution format
+            of the testbed's pretraining corpus, rather than giving the bare answer.
     """
 
     spec = "scripted:oracle"
     seeds_each_row = True
     """Honours ``SamplingParams.seeds``: a row's completion does not depend on its batch."""
 
-    def __init__(self, tasks: Iterable[Task], *, think: bool = True) -> None:
+    def __init__(self, tasks: Iterable[Task], *, think: bool = True, worked: bool = False) -> None:
         self.think = think
+        self.worked = worked
         self._by_question: dict[str, Task] = {}
         for task in tasks:
             self._by_question.setdefault(task.question, task)
@@ -100,6 +106,9 @@ class OraclePolicy:
             query = task.gold_queries[step]
             why = f"<think>I need to look up {query}.</think>\n" if self.think else ""
             return f"{why}<search>{query}</search>"
+        steps = worked_steps(task) if self.worked else None
+        if steps is not None:
+            return f"<think>{steps}</think>\n<answer>{task.answer}</answer>"
         if step >= len(task.gold_queries):
             why = "<think>I have found everything I need.</think>\n" if self.think else ""
             return f"{why}<answer>{task.answer}</answer>"
@@ -114,6 +123,21 @@ class OraclePolicy:
             for conversation in conversations
             for _ in range(params.n)
         ]
+
+
+def worked_steps(task: Task) -> str | None:
+    """The worked solution of a task that carries its computation (synthetic math's metadata
+    ``start`` and ``steps``), one ``a op b = c.`` per step; None for any other task."""
+    meta = task.metadata or {}
+    if "start" not in meta or "steps" not in meta:
+        return None
+    value, lines = int(meta["start"]), []
+    for op, operand in meta["steps"]:
+        exact = {"+": value + operand, "-": value - operand, "*": value * operand}.get(op)
+        result = value // operand if exact is None else exact
+        lines.append(f"{value} {op} {operand} = {result}.")
+        value = result
+    return " ".join(lines)
 
 
 # The heuristic reads the whole conversation every turn, and the n samples of a task read the same

@@ -294,10 +294,27 @@ class SFTConfig(TrainConfig):
     """A JSONL of expert episodes (``build_expert_dataset``); default: build it from the tasks."""
     only_correct: bool = True
     """Train only on expert episodes that earned reward 1."""
+    expert: Literal["oracle", "self"] = "oracle"
+    """Where the training episodes come from: ``oracle`` follows each task's gold chain (the
+    study's expert data); ``self`` samples the policy being trained itself, ``self_samples``
+    times per task, and keeps up to ``self_keep`` of its rewarded episodes per task (rejection
+    sampling): the on-policy control, which tells a new strategy in the expert data apart from
+    the base's own successes reweighted."""
+    expert_format: Literal["think", "plain"] = "think"
+    """How the oracle writes its turns: ``think`` puts a one-line ``<think>`` sentence before
+    each action; ``plain`` writes the bare actions and solves math step by step where the task
+    carries its computation (the format of the testbed base's pretraining corpus)."""
+    self_samples: int = 8
+    """Samples per task when ``expert = "self"``."""
+    self_keep: int = 1
+    """Rewarded samples kept per task when ``expert = "self"`` (distinct texts, first first)."""
+    self_temperature: float = 1.0
+    """Sampling temperature of ``expert = "self"`` (the evaluation's, so the successes are the
+    ones pass@k counts)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _positive(self, "batch_size")
+        _positive(self, "batch_size", "self_samples", "self_keep")
 
 
 def policy_path(spec: str) -> str:

@@ -1,9 +1,14 @@
 """SFT on expert trajectories: the matched-data control of the study.
 
-The expert is ``OraclePolicy``: it follows each task's gold chain (``<search>`` the gold queries
-in order, then ``<answer>``). Its episodes run through the same rollout engine and env as GRPO's,
+The expert is ``OraclePolicy`` (``expert = "oracle"``): it follows each task's gold chain
+(``<search>`` the gold queries in order, then ``<answer>``); ``expert_format = "plain"`` writes
+its turns as the testbed base's pretraining corpus does (bare actions, worked math). Its
+episodes run through the same rollout engine and env as GRPO's,
 on the same task list and budget T_train, and are tokenized with the trained model's own chat
-template (``rollout(..., tokenizer=...)``), so SFT sees exactly the protocol GRPO samples in.
+template (``rollout(..., tokenizer=...)``), so SFT sees exactly the protocol GRPO samples in. With
+``expert = "self"`` the episodes are instead the policy's own rewarded samples of the same tasks
+(rejection sampling, the on-policy control); they are sampled once, before the first update, and
+kept in ``expert_data.jsonl`` so a resumed run trains on the same ones.
 
 The loop, per optimizer step::
 
@@ -40,6 +45,11 @@ from passkt.agents.train.losses import policy_nll
 from passkt.envs.tasks import Task
 
 logger = logging.getLogger(__name__)
+
+
+class NoSuccessfulSamples(ValueError):
+    """``expert = "self"``: the policy solved none of its samples, so there is nothing to train
+    on (SFT on no data leaves the policy as it is)."""
 
 
 @dataclass(frozen=True)
@@ -85,8 +95,9 @@ def build_expert_dataset(
 
     if tasks is None:
         tasks = expert_tasks(config)
+    plain = config.expert_format == "plain"
     result = rollout(
-        OraclePolicy(tasks),
+        OraclePolicy(tasks, think=not plain, worked=plain),
         config.env_id,
         [task.task_id for task in tasks],
         n=1,
@@ -104,6 +115,51 @@ def build_expert_dataset(
         )
         for e in result.episodes
     ]
+
+
+def build_self_dataset(config: SFTConfig, *, seed: int | None = None) -> list[ExpertExample]:
+    """The policy's own rewarded episodes of the config's training tasks (rejection sampling).
+
+    ``config.policy`` (the untrained base) samples every task ``self_samples`` times at budget
+    T_train; up to ``self_keep`` rewarded episodes with distinct texts are kept per task, in
+    sample order. Tasks it never solves contribute nothing, so the set is the base's own
+    successes, on the same problems as the expert data.
+    """
+    from passkt.agents.policy import SamplingParams
+    from passkt.agents.rollout import rollout
+    from passkt.agents.specs import load_policy
+
+    tasks = load_task_list(config, config.split, task_ids=config.task_ids, limit=config.limit)
+    options = {"batch_size": config.generation_batch_size}
+    result = rollout(
+        load_policy(config.policy, **options),
+        config.env_id,
+        [task.task_id for task in tasks],
+        n=config.self_samples,
+        budgets=(config.t_train,),
+        env_kwargs=env_kwargs_for(config, config.split),
+        params=SamplingParams(
+            temperature=config.self_temperature, max_new_tokens=config.max_new_tokens
+        ),
+        seed=config.seed if seed is None else seed,
+    )
+    kept: dict[str, list[ExpertExample]] = {}
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for e in result.episodes:
+        texts = (e.task_id, tuple(m["content"] for m in e.messages if m["role"] == "assistant"))
+        chosen = kept.setdefault(e.task_id, [])
+        if e.reward <= 0 or texts in seen or len(chosen) >= config.self_keep:
+            continue
+        seen.add(texts)
+        chosen.append(
+            ExpertExample(
+                task_id=e.task_id,
+                reward=e.reward,
+                sequence=TokenSequence(tuple(e.token_ids), tuple(e.policy_mask)),
+                messages=tuple(e.messages),
+            )
+        )
+    return [example for task in tasks for example in kept.get(task.task_id, [])]
 
 
 def save_expert_dataset(examples: Sequence[ExpertExample], path: str | Path) -> Path:
@@ -169,9 +225,10 @@ def train_sft(config: SFTConfig, *, resume: bool = False) -> TrainResult:
         Where the run wrote its checkpoints and metrics, and the last step's metrics.
     """
     # The tasks are checked before the run folder is made or the model is loaded.
-    tasks = expert_tasks(config) if config.data_path is None else None
+    oracle = config.data_path is None and config.expert == "oracle"
+    tasks = expert_tasks(config) if oracle else None
     run = TrainingRun.start(config, resume=resume)
-    examples = expert_examples(config, run.tokenizer, tasks=tasks)
+    examples = expert_examples(config, run.tokenizer, tasks=tasks, reuse=resume)
     by_id = {f"{i}:{e.task_id}": e for i, e in enumerate(examples)}
     run.plan(list(by_id), config.batch_size)
     if run.is_main and config.data_path is None:
@@ -194,12 +251,27 @@ def train_sft(config: SFTConfig, *, resume: bool = False) -> TrainResult:
 
 
 def expert_examples(
-    config: SFTConfig, tokenizer: Any, *, tasks: Sequence[Task] | None = None
+    config: SFTConfig,
+    tokenizer: Any,
+    *,
+    tasks: Sequence[Task] | None = None,
+    reuse: bool = False,
 ) -> list[ExpertExample]:
     """The run's training examples: ``config.data_path`` or freshly built expert episodes (of
-    ``tasks``, default the config's), keeping only rewarded ones when ``config.only_correct``."""
+    ``tasks``, default the config's), keeping only rewarded ones when ``config.only_correct``.
+    ``reuse``: a resumed ``expert = "self"`` run reads the samples it saved in its folder."""
+    sampled = Path(config.output_dir) / "expert_data.jsonl"
     if config.data_path is not None:
         examples = load_expert_dataset(config.data_path)
+    elif config.expert == "self" and reuse and sampled.is_file():  # a resumed run: the same samples
+        examples = load_expert_dataset(sampled)
+    elif config.expert == "self":
+        examples = build_self_dataset(config)
+        if not examples:
+            raise NoSuccessfulSamples(
+                f"{config.policy} solved none of its {config.self_samples} samples of any "
+                "training task, so the on-policy control has no data; raise self_samples."
+            )
     else:
         examples = build_expert_dataset(config, tokenizer, tasks=tasks)
     kept = [e for e in examples if e.reward > 0 or not config.only_correct]

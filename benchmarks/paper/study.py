@@ -75,7 +75,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, type=Path, help="the study folder")
     p.add_argument("--categories", help="only these categories, e.g. A,C (default: all)")
     p.add_argument("--seeds", help="only these training seeds, e.g. 0,1 (default: all)")
-    p.add_argument("--method", choices=("sft", "grpo"), help="train only this method")
+    p.add_argument(
+        "--method",
+        choices=("sft", "grpo", "rft"),
+        help="train / evaluate only this method (rft: the on-policy control, if the profile's "
+        "methods list it)",
+    )
     p.add_argument("--jobs", type=int, default=1, help="units run at once (subprocesses)")
     p.add_argument(
         "--threads", type=int, help="torch threads here (--jobs gives each unit cores // jobs)"
@@ -131,6 +136,7 @@ def open_study(args: argparse.Namespace) -> Study:
     if requested is not None:  # check the selections before a new folder is pinned
         _selection(args.categories, requested["categories"], "categories")
         _selection(args.seeds, requested["seeds"], "seeds", int)
+        _selection(args.method, requested["methods"], "methods")
     profile = pin(args.out, requested, source)
     return Study(
         out=args.out,

@@ -14,16 +14,18 @@ from typing import Any
 from study_profile import StudyError
 from study_stages import Study, run_name
 
-TRAINED = ("SFT", "RL")
-
 
 def _runs(study: Study, cat: str, seed: int) -> dict[str, Path]:
-    """Role -> run directory: base, RL, SFT (the order of the comparison tables)."""
-    return {
+    """Role -> run directory: base, RL, SFT (the order of the comparison tables), then RFT (the
+    on-policy control) when the profile runs it."""
+    runs = {
         "base": study.eval_dir(cat, "base"),
         "RL": study.eval_dir(cat, "rl", seed),
         "SFT": study.eval_dir(cat, "sft", seed),
     }
+    if "RFT" in study.trained_roles():
+        runs["RFT"] = study.eval_dir(cat, "rft", seed)
+    return runs
 
 
 def _load_tables(study: Study, cat: str, seed: int) -> dict[str, Any]:
@@ -52,9 +54,9 @@ def make_comparison(study: Study, cat: str, seed: int) -> dict[str, Any]:
     runs = _runs(study, cat, seed)
     boot = {"n_boot": stats["n_boot"], "level": stats["level"], "seed": 0}
     repeats = study.base_eval_dirs(cat)[1:]
-    write_comparison(list(runs.values()), out, ks=study.ks(), repeats=repeats, **boot)
+    write_comparison(list(runs.values()), out, ks=study.ks(cat), repeats=repeats, **boot)
     for role, folder in runs.items():
-        write_report(folder, out / f"surface_{role}", ks=study.ks(), **boot)
+        write_report(folder, out / f"surface_{role}", ks=study.ks(cat), **boot)
     metrics = comparison_metrics(study, cat, seed)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     return {"T_max": metrics["T_max"], "runs": {r: m["name"] for r, m in metrics["runs"].items()}}
@@ -84,8 +86,8 @@ def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
             "boundary": len(boundary_set(table, t_max)),
         }
     regions = venn([tables["base"], tables["RL"], tables["SFT"]], t_max)
-    names = {role: tables[role].name for role in tables}
-    three_way = {f"{role} only": len(regions.ids(names[role])) for role in tables}
+    names = {role: tables[role].name for role in ("base", "RL", "SFT")}  # the study's 3-way
+    three_way = {f"{role} only": len(regions.ids(names[role])) for role in names}
     three_way["all"] = len(regions.ids(*names.values()))
     three_way["none"] = len(regions.ids())
     level = study.profile["stats"]["level"]
@@ -93,10 +95,10 @@ def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
         load_run(d)[1].with_name(f"base (eval {r})")
         for r, d in enumerate(study.base_eval_dirs(cat)[1:], 1)
     ]
-    ks = study.ks()
+    ks = study.ks(cat)
     pairs = {}
     floor = None
-    for role in TRAINED:
+    for role in study.trained_roles():
         cmp = compare(tables["base"], tables[role], ks=ks, budgets=[t_max], level=level)
         if floor is None and len(repeats) > 1:
             floor = noise_floor(repeats, cmp.ks, [t_max], t_max)

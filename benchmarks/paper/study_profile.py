@@ -44,6 +44,9 @@ DEFAULTS: dict[str, Any] = {
     "seeds": [0],
     "limit_eval": 100,
     "limit_train": 200,
+    "methods": ["sft", "grpo"],
+    "targets": {},
+    "lr_trials": [],
     "env": {cat: {"id": env_id, "kwargs": {}} for cat, env_id in CATEGORY_ENVS.items()},
     "base": {},
     "eval": {
@@ -58,10 +61,12 @@ DEFAULTS: dict[str, Any] = {
         "chunk_tasks": 0,
         "seed": 0,
         "base_repeats": 1,
+        "n_per_category": {},
         "options": {},
     },
     "sft": {},
     "grpo": {},
+    "rft": {},
     "train": {"backend": "passkt", "trl": {}},
     "stats": {"n_boot": 1000, "level": 0.95},
     "analyze": {
@@ -74,7 +79,8 @@ DEFAULTS: dict[str, Any] = {
 }
 """Every key a profile may set, with its default (``0`` / ``[]`` mean "the library default")."""
 
-_OPEN_TABLES = ("env", "base", "sft", "grpo", "eval.options", "train.trl")
+_OPEN_TABLES = ("env", "base", "sft", "grpo", "rft", "eval.options", "eval.n_per_category")
+_OPEN_TABLES += ("train.trl", "targets")
 """Tables whose keys are checked elsewhere (by the trainer configs, ``PretrainConfig``...)."""
 
 
@@ -219,17 +225,43 @@ def check(profile: Mapping[str, Any], where: str) -> None:
     _positive_int(ev["n"], "eval.n", where)
     _positive_int(ev["max_new_tokens"], "eval.max_new_tokens", where)
     _positive_int(ev["base_repeats"], "eval.base_repeats", where)
+    for cat, n in ev["n_per_category"].items():
+        if cat not in categories:
+            raise StudyError(f"{where}: eval.n_per_category names {cat!r}, not a category")
+        _positive_int(n, f"eval.n_per_category.{cat}", where)
     if not ev["budgets"] or any(not isinstance(t, int) or t < 0 for t in ev["budgets"]):
         raise StudyError(f"{where}: eval.budgets must be non-negative integers")
-    for method in ("sft", "grpo"):
+    _check_targets(profile, where)
+    methods = profile["methods"]
+    if not {"sft", "grpo"} <= set(methods) or not set(methods) <= set(METHODS):
+        raise StudyError(
+            f"{where}: methods must list sft and grpo, and may add rft (the on-policy control), "
+            f"got {methods!r}"
+        )
+    for method in methods:
         _check_trainer(profile, method, where)
     if profile["train"]["backend"] not in ("passkt", "trl"):
         raise StudyError(
             f"{where}: train.backend must be passkt (our GRPO) or trl (TRL's GRPOTrainer through "
             f"passkt.agents.train.trl), got {profile['train']['backend']!r}"
         )
-    if not set(profile["analyze"]["perplexity_of"]) <= {"base", "SFT", "RL"}:
-        raise StudyError(f"{where}: analyze.perplexity_of may name base, SFT and RL")
+    if not set(profile["analyze"]["perplexity_of"]) <= {"base", "SFT", "RL", "RFT"}:
+        raise StudyError(f"{where}: analyze.perplexity_of may name base, SFT, RL and RFT")
+
+
+def _check_targets(profile: Mapping[str, Any], where: str) -> None:
+    """``[targets.CAT]``: ``pass1`` / ``pass_n`` = [low, high] ranges of the base's metrics."""
+    for cat, goal in profile["targets"].items():
+        if cat not in profile["categories"] or not isinstance(goal, dict):
+            raise StudyError(f"{where}: [targets.{cat}] must name a category and be a table")
+        _check_keys(goal, {"pass1": 0, "pass_n": 0}, f"{where} [targets.{cat}]")
+        for key, span in goal.items():
+            ok = isinstance(span, list) and len(span) == 2 and 0 <= span[0] <= span[1] <= 1
+            if not ok:
+                raise StudyError(f"{where}: targets.{cat}.{key} must be [low, high] in [0, 1]")
+    trials = profile["lr_trials"]
+    if not isinstance(trials, list) or not all(isinstance(t, str) for t in trials):
+        raise StudyError(f"{where}: lr_trials must be a list of sentences")
 
 
 def _check_base(base: Mapping[str, Any], where: str) -> None:
@@ -250,8 +282,22 @@ def _check_base(base: Mapping[str, Any], where: str) -> None:
             raise StudyError(f"{where} [base.pretrain]: {e}") from e
 
 
+METHODS = ("sft", "grpo", "rft")
+"""The trained policy kinds: SFT on expert data, GRPO, and the on-policy control ``rft`` (SFT on
+the base's own rewarded samples of the same problems: rejection-sampling fine-tuning)."""
+
+
 def trainer_fields(profile: Mapping[str, Any], method: str, cat: str) -> dict[str, Any]:
-    """The profile's ``[sft]`` / ``[grpo]`` fields with the category's table laid over them."""
+    """The profile's ``[sft]`` / ``[grpo]`` fields with the category's table laid over them.
+
+    ``rft`` is SFT with ``expert = "self"``: the ``[sft]`` fields (the same recipe as the expert
+    control, so only the data differ) with ``[rft]`` laid over them.
+    """
+    if method == "rft":
+        fields = trainer_fields(profile, "sft", cat)
+        fields.update(trainer_fields({**profile, "sft": profile["rft"]}, "sft", cat))
+        fields["expert"] = "self"
+        return fields
     table = profile[method]
     fields = {k: v for k, v in table.items() if k not in profile["env"]}
     fields.update(table.get(cat, {}))
@@ -261,7 +307,7 @@ def trainer_fields(profile: Mapping[str, Any], method: str, cat: str) -> dict[st
 def _check_trainer(profile: Mapping[str, Any], method: str, where: str) -> None:
     from passkt.agents.train.config import GRPOConfig, SFTConfig
 
-    cls = SFTConfig if method == "sft" else GRPOConfig
+    cls = GRPOConfig if method == "grpo" else SFTConfig
     for cat in profile["categories"]:
         fields = trainer_fields(profile, method, cat)
         owned = sorted(set(fields) & set(PIPELINE_FIELDS))

@@ -20,8 +20,6 @@ from typing import Any
 
 from study_stages import ROLES, Study, read_done, run_name
 
-ROLE_ORDER = ("base", "SFT", "RL")
-
 
 def make_report(study: Study) -> dict[str, Any]:
     out = study.report_dir
@@ -30,7 +28,8 @@ def make_report(study: Study) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     metrics = {(c, s): _json(study.compare_dir(c, s) / "metrics.json") for c, s in _units(study)}
     analyses = {(c, s): _json(study.analysis_dir(c, s) / "analysis.json") for c, s in _units(study)}
-    parts = [_overview(study), "## Seed aggregate\n", _aggregate_intro(study)]
+    parts = [_overview(study), _targets(study), _lr_trials(study)]
+    parts += ["## Seed aggregate\n", _aggregate_intro(study)]
     for cat in study.categories:
         rows = [(metrics[cat, s], analyses[cat, s]) for s in study.seeds]
         parts.append(_aggregate(study, cat, rows))
@@ -107,9 +106,15 @@ def _overview(study: Study) -> str:
         f"# Matched-data study: {p['name']}\n",
         p["description"].strip() + "\n" if p["description"].strip() else "",
         f"- Base policy: {what}; SFT (expert trajectories) and GRPO trained from it per category "
-        f"and seed on the same {p['limit_train']} training problems.",
+        f"and seed on the same {p['limit_train']} training problems"
+        + (
+            "; RFT (the on-policy control): SFT on the base's own rewarded samples of them."
+            if "rft" in p["methods"]
+            else "."
+        ),
         f"- Evaluation: {p['limit_eval']} problems per category, n = {ev['n']} samples per "
-        f"(problem, T), T in {ev['budgets']} (math: T = 0 only), k in {_k_grid(study.ks())}, "
+        + (f"(n per category: {ev['n_per_category']}) " if ev["n_per_category"] else "")
+        + f"(problem, T), T in {ev['budgets']} (math: T = 0 only), k in {_k_grid(study.ks())}, "
         f"temperature {ev['temperature']}, backend `{ev['backend']}`.",
         f"- Categories: {', '.join(f'{c} ({study.env(c)[0]})' for c in study.categories)}; "
         f"training seeds: {', '.join(map(str, study.seeds))}.",
@@ -117,6 +122,50 @@ def _overview(study: Study) -> str:
         "T_max, the largest T of the category.\n",
     ]
     return "\n".join(line for line in lines if line)
+
+
+def _targets(study: Study) -> str:
+    """Every evaluation of the base against the regime the profile aims at (``[targets.CAT]``,
+    stated before training): pass@1 and pass@(n, T_max), one row per evaluation seed."""
+    from passkt.eval.estimator import surface
+    from passkt.eval.store import load_run
+
+    targets = study.profile["targets"]
+    rows = []
+    for cat in study.categories:
+        t_max, n = max(study.budgets(cat)), study.n(cat)
+        goal = targets.get(cat, {})
+        for folder in study.base_eval_dirs(cat):
+            manifest, table = load_run(folder)
+            surf = surface(table.select_budgets([t_max]), sorted({1, n}))
+            cells = []
+            for key, value in (("pass1", surf.value(1, t_max)), ("pass_n", surf.value(n, t_max))):
+                low, high = goal.get(key, (None, None))
+                inside = "" if low is None else (" (in)" if low <= value <= high else " (OUT)")
+                cells.append(f"{value:.3f}{inside}")
+            wanted = [
+                f"{goal[k][0]}-{goal[k][1]}" if k in goal else "-" for k in ("pass1", "pass_n")
+            ]
+            rows.append([cat, str(manifest.get("seed")), f"{n}, {t_max}", *cells, *wanted])
+    header = ["category", "eval seed", "n, T_max", "pass@1", "pass@(n, T_max)"]
+    header += ["target pass@1", "target pass@(n, T_max)"]
+    intro = (
+        "## Base against the target regime\n\nThe base's own metrics, per evaluation seed, against "
+        "the ranges the profile states (`[targets]`, chosen before any training from the study's "
+        "base figures); the base is calibrated on these alone, never on RL or SFT outcomes.\n\n"
+    )
+    return intro + _table(header, rows)
+
+
+def _lr_trials(study: Study) -> str:
+    trials = study.profile["lr_trials"]
+    if not trials:
+        return "## Learning-rate trials\n\nNone recorded in the profile (`lr_trials`).\n"
+    lines = "\n".join(f"- {trial}" for trial in trials)
+    return (
+        "## Learning-rate trials\n\nWhat was tried before the run, on which training signal "
+        f"(never on the evaluation), as the profile records it (`lr_trials`):\n\n{lines}\n"
+    )
 
 
 # ---------------------------------------------------------------------- seed aggregate
@@ -167,7 +216,10 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
         gaps = [None if t is None or b is None else t - b for t, b in pairs]
         return _spread(gaps, digits, signs=True)
 
-    header = ["metric", "base", "SFT", "RL", "SFT − base", "RL − base"]
+    trained = study.trained_roles()  # SFT, RL (and RFT, the on-policy control)
+    roles = ("base", *trained)
+    blank = [""] * len(trained)
+    header = ["metric", *roles, *(f"{r} − base" for r in trained)]
     table = []
     for label, key, digits in (
         ("pass@1", "pass@1", 3),
@@ -175,24 +227,24 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
         ("boundary size", "boundary", 0),
     ):
         table.append(
-            [label, *(_spread(runs(r, key), digits) for r in ROLE_ORDER)]
-            + [diff(r, lambda role, key=key: runs(role, key), digits) for r in ("SFT", "RL")]
+            [label, *(_spread(runs(r, key), digits) for r in roles)]
+            + [diff(r, lambda role, key=key: runs(role, key), digits) for r in trained]
         )
     venn = [m["venn"] for m, _ in rows]
     table.append(
         ["only this run solves (3-way)"]
-        + [_spread([v[f"{r} only"] for v in venn], 0) for r in ROLE_ORDER]
-        + ["", ""]
+        + [_spread([v.get(f"{r} only") for v in venn], 0) for r in roles]
+        + blank
     )
     table.append(
         ["solves, base does not (pairwise)", "-"]
-        + [_spread(pair(r, "only_trained"), 0) for r in ("SFT", "RL")]
-        + ["", ""]
+        + [_spread(pair(r, "only_trained"), 0) for r in trained]
+        + blank
     )
     table.append(
         ["base solves, it does not (pairwise)", "-"]
-        + [_spread(pair(r, "only_base"), 0) for r in ("SFT", "RL")]
-        + ["", ""]
+        + [_spread(pair(r, "only_base"), 0) for r in trained]
+        + blank
     )
     floors = [m.get("noise_floor") for m, _ in rows]
     if all(floors):
@@ -201,27 +253,31 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
             f"|gap@n| {_spread([f['max_abs_gap@n'] for f in floors])}, "
             f"swaps {_spread([f['max_swap'] for f in floors], 0)}"
         )
-        table.append(["noise floor (max over base-vs-base pairs)", "-", "-", "-", floor, floor])
+        table.append(
+            [
+                "noise floor (max over base-vs-base pairs)",
+                *["-"] * len(roles),
+                *[floor] * len(trained),
+            ]
+        )
         for key, label in (("gap@1", "pass@1"), ("gap@n", "pass@n"), ("boundary", "boundary")):
             counts = []
-            for r in ("SFT", "RL"):
+            for r in trained:
                 hits = [bool(h) for h in pair(r, f"finding_{key}")]
                 counts.append(f"{sum(hits)}/{len(hits)} seeds")
-            table.append([f"{label} difference is a finding", "-", "-", "-", *counts])
+            table.append([f"{label} difference is a finding", *["-"] * len(roles), *counts])
     crossings = []
-    for r in ("SFT", "RL"):
+    for r in trained:
         ks = pair(r, "crossover_k")
         found = [k for k in ks if k is not None]
         crossings.append(f"{_spread(found, 1)} ({len(found)}/{len(ks)} seeds cross)")
-    table.append([f"crossover k vs base (T = {t_max})", "-", *crossings, "", ""])
+    table.append([f"crossover k vs base (T = {t_max})", "-", *crossings, *blank])
     if any(diversity("base")):
         table.append(
-            ["unique query sequences", *(_spread(diversity(r), 2) for r in ROLE_ORDER)]
-            + [diff(r, diversity, 2) for r in ("SFT", "RL")]
+            ["unique query sequences", *(_spread(diversity(r), 2) for r in roles)]
+            + [diff(r, diversity, 2) for r in trained]
         )
-        table.append(
-            ["Jaccard with base", "-", *(_spread(jaccard(r)) for r in ("SFT", "RL")), "", ""]
-        )
+        table.append(["Jaccard with base", "-", *(_spread(jaccard(r)) for r in trained), *blank])
     text = f"### {cat}: {study.env(cat)[0]} (T_max = {t_max}, n = {n})\n\n" + _table(header, table)
     return text + _perplexity_aggregate(study, rows)
 
@@ -286,12 +342,15 @@ def _seed_figure(study: Study, cat: str) -> str:
 
     t_max = max(study.budgets(cat))
     folders = [study.eval_dir(cat, "base")]
-    folders += [study.eval_dir(cat, r, s) for r in ("rl", "sft") for s in study.seeds]
+    trained = [r.lower() for r in study.trained_roles()]
+    folders += [study.eval_dir(cat, r, s) for r in ("rl", "sft", "rft") if r in trained
+                for s in study.seeds]  # fmt: skip
     curves, colors = {}, {}
-    shades = {"RL": ("#e6550d", "#fd8d3c", "#a63603"), "SFT": ("#3182bd", "#6baed6", "#08519c")}
+    shades = {"RL": ("#e6550d", "#fd8d3c", "#a63603"), "SFT": ("#3182bd", "#6baed6", "#08519c"),
+              "RFT": ("#31a354", "#74c476", "#006d2c")}  # fmt: skip
     for folder in folders:
         _, table = load_run(folder)
-        surf = surface(table.select_budgets([t_max]), study.ks())
+        surf = surface(table.select_budgets([t_max]), study.ks(cat))
         ci = bootstrap_surface(surf, n_boot=study.profile["stats"]["n_boot"])
         curves[table.name] = (surf, ci)
         role, _, seed = table.name.partition(" s")
@@ -302,7 +361,7 @@ def _seed_figure(study: Study, cat: str) -> str:
     plot_pass_curves(
         curves,
         target,
-        title=f"pass@k at T = {t_max}: base, SFT (blues), RL (oranges)",
+        title=f"pass@k at T = {t_max}: base, SFT (blues), RL (oranges), RFT (greens)",
         colors=colors,
     )
     link = Path("figures", cat, "seeds.png").as_posix()
@@ -313,17 +372,18 @@ def _seed_section(study: Study, cat: str, seed: int, metrics: dict, analysis: di
     folder = study.compare_dir(cat, seed)
     figures = study.report_dir / "figures" / cat / f"seed{seed}"
     links = {}
+    roles = ("base", *study.trained_roles())
     report = study.report_dir
     for png in sorted(folder.glob("*.png")):
         links[png.stem] = _copy_figure(png, figures / png.name, report)
-    for role in ROLE_ORDER:
+    for role in roles:
         heatmap = folder / f"surface_{role}" / "heatmap.png"
         links[f"heatmap_{role}"] = _copy_figure(heatmap, figures / f"heatmap_{role}.png", report)
     text = [f"### {cat}, seed {seed}\n"]
-    text.append(" ".join(f"![{role} surface]({links[f'heatmap_{role}']})" for role in ROLE_ORDER))
+    text.append(" ".join(f"![{role} surface]({links[f'heatmap_{role}']})" for role in roles))
     text.append("\n" + " ".join(f"![{stem}]({link})" for stem, link in links.items()
                                 if not stem.startswith("heatmap")) + "\n")  # fmt: skip
-    for role in ROLE_ORDER:
+    for role in roles:
         text.append((folder / f"surface_{role}" / "surface.md").read_text(encoding="utf-8"))
     text.append((folder / "report.md").read_text(encoding="utf-8"))
     analysis_dir = study.analysis_dir(cat, seed)

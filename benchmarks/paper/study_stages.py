@@ -6,8 +6,8 @@ Layout of a study folder ``OUT``::
     splits/<cat>/{eval,train}.txt           task ids (matched data: every policy sees these)
     base/                                   testbed pretraining (model/), or done.json naming it
     eval/<cat>/base/                        evaluation runs (manifest.json, results.jsonl)
-    eval/<cat>/{sft,rl}-seed<s>/
-    train/{sft,grpo}/<cat>/seed<s>/         trainer runs (checkpoint-STEP/, metrics.jsonl)
+    eval/<cat>/{sft,rl,rft}-seed<s>/        (rft: only when the profile's methods list it)
+    train/{sft,grpo,rft}/<cat>/seed<s>/     trainer runs (checkpoint-STEP/, metrics.jsonl)
     compare/<cat>/seed<s>/                  gap tables and figures, Venn, metrics.json
     analysis/<cat>/seed<s>/                 diversity, perplexity (analysis.json, *.md)
     report/report.md                        the report (figures/ next to it)
@@ -35,8 +35,9 @@ STAGES = (
     "analyze",
     "report",
 )
-ROLES = {"sft": "SFT", "grpo": "RL"}
-"""Trainer -> the name its policy goes by in tables."""
+ROLES = {"sft": "SFT", "grpo": "RL", "rft": "RFT"}
+"""Trainer -> the name its policy goes by in tables (RFT: SFT on the base's own successes)."""
+METHOD_OF = {role: method for method, role in ROLES.items()}
 
 
 @dataclass
@@ -95,11 +96,22 @@ class Study:
         """The T grid of a category: T = 0 only for an env without tools (math)."""
         return sorted(set(self.profile["eval"]["budgets"])) if self.has_tools(cat) else [0]
 
-    def ks(self) -> tuple[int, ...]:
+    def n(self, cat: str | None = None) -> int:
+        """Samples per (problem, T) of a category: ``eval.n_per_category`` or ``eval.n``.
+
+        More samples where the base rarely succeeds (the issue-16 rule: n = 128 where base
+        pass@1 < 0.05), so a boundary problem is not one lucky draw in 64."""
+        ev = self.profile["eval"]
+        return int(ev["n_per_category"].get(cat, ev["n"])) if cat else int(ev["n"])
+
+    def ks(self, cat: str | None = None) -> tuple[int, ...]:
+        """The k grid (up to the category's n, which is always on it: pass@n is the boundary)."""
         from passkt.eval.estimator import default_ks
 
-        n = self.profile["eval"]["n"]
+        n = self.n(cat)
         ks = tuple(k for k in self.profile["eval"]["ks"] if k <= n)
+        if ks and ks[-1] != n:
+            ks += (n,)
         return ks or default_ks(n)
 
     def task_ids(self, cat: str, part: str) -> list[str]:
@@ -123,7 +135,12 @@ class Study:
         return Path(path).resolve().relative_to(self.out.resolve()).as_posix()
 
     def methods(self) -> list[str]:
-        return [self.method] if self.method else ["sft", "grpo"]
+        """The trained kinds this call runs: ``--method`` or the profile's ``methods``."""
+        return [self.method] if self.method else list(self.profile["methods"])
+
+    def trained_roles(self) -> list[str]:
+        """Table names of every trained kind of the profile: SFT, RL, then RFT if it is run."""
+        return [ROLES[m] for m in ("sft", "grpo", "rft") if m in self.profile["methods"]]
 
 
 def read_done(folder: Path, stage: str) -> dict[str, Any]:
@@ -244,8 +261,7 @@ def make_eval(
     if role == "base":
         model = study.base_model()
     else:
-        method = "sft" if role == "SFT" else "grpo"
-        model = study.trained_model(method, cat, seed)
+        model = study.trained_model(METHOD_OF[role], cat, seed)
     env_id, kwargs = study.env(cat)
     params = SamplingParams(
         temperature=ev["temperature"],
@@ -257,9 +273,9 @@ def make_eval(
         env_id,
         f"{ev['backend']}:{model}",
         env_kwargs=kwargs,
-        n=ev["n"],
+        n=study.n(cat),
         budgets=study.budgets(cat),
-        ks=study.ks(),
+        ks=study.ks(cat),
         split="test",
         task_ids=study.task_ids(cat, "eval"),
         out_dir=study.base_eval_dirs(cat)[repeat]
@@ -293,7 +309,7 @@ def train_config(study: Study, method: str, cat: str, seed: int) -> Any:
         fields["t_train"] = study.profile[method].get(cat, {}).get("t_train", 0)
     env_id, kwargs = study.env(cat)
     backend = "lean" if study.profile["eval"]["backend"] == "lean" else "hf"
-    cls = SFTConfig if method == "sft" else GRPOConfig
+    cls = GRPOConfig if method == "grpo" else SFTConfig
     return cls.from_dict(
         {
             **fields,
@@ -310,11 +326,11 @@ def train_config(study: Study, method: str, cat: str, seed: int) -> Any:
 
 
 def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, Any]:
-    """Train SFT or GRPO from the base on the category's train split (resuming)."""
+    """Train SFT, GRPO or RFT from the base on the category's train split (resuming)."""
     from passkt.agents.train.checkpoint import latest_checkpoint
 
     config = train_config(study, method, cat, seed)
-    if method == "sft":
+    if method in ("sft", "rft"):  # rft: train_config set expert = "self"
         from passkt.agents.train.sft import train_sft as train
     elif study.profile["train"]["backend"] == "trl":  # TRL's GRPOTrainer through the adapter
         from functools import partial
@@ -324,7 +340,19 @@ def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, A
         train = partial(train_grpo_trl, **study.profile["train"]["trl"])  # e.g. use_vllm = true
     else:
         from passkt.agents.train.grpo import train_grpo as train
-    result = train(config, resume=True)
+    if method == "rft":
+        from passkt.agents.train.sft import NoSuccessfulSamples
+
+        try:
+            result = train(config, resume=True)
+        except NoSuccessfulSamples as e:
+            # SFT on no data leaves the base as it is: the control is the base itself (and the
+            # report says so: 0 steps, no data), rather than a stage that can never finish.
+            base = read_done(study.base_dir, "base")
+            named = {key: base[key] for key in ("model", "in_study") if key in base}
+            return {**named, "steps": 0, "last_metrics": {}, "no_data": str(e)}
+    else:
+        result = train(config, resume=True)
     checkpoint = result.checkpoint or latest_checkpoint(config.output_dir)
     if checkpoint is None:
         raise StudyError(f"{config.output_dir}: the trainer finished without a checkpoint")
@@ -341,7 +369,7 @@ def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, A
 
 def _eval_needs(study: Study, cat: str, seed: int) -> tuple[tuple[str, Path], ...]:
     needs = [("eval-base", folder) for folder in study.base_eval_dirs(cat)]
-    needs += [("eval-trained", study.eval_dir(cat, r.lower(), seed)) for r in ("SFT", "RL")]
+    needs += [("eval-trained", study.eval_dir(cat, r.lower(), seed)) for r in study.trained_roles()]
     return tuple(needs)
 
 

@@ -330,3 +330,59 @@ def test_a_unit_stopped_by_sigterm_is_recorded_as_aborted(tmp_path):
     assert child.wait(timeout=60) == 143
     (line,) = _lines(tmp_path / "timings.jsonl")
     assert line["unit"] == "slow" and line["status"] == "aborted" and "SIGTERM" in line["error"]
+
+
+@pytest.mark.slow
+def test_the_on_policy_control_is_a_third_trained_kind(tmp_path):
+    """``methods`` with ``rft``: its own training, evaluation and done markers, and a column in
+    the comparison and the report. A 5-step base solves nothing, so RFT has no data: the control
+    is then the base itself (0 steps), recorded as such rather than failing forever."""
+    out = tmp_path / "rft"
+    argv = [*SLICE, "--categories", "C", "--set", "methods=['sft', 'grpo', 'rft']"]
+    argv += ["--set", "rft.self_samples=2", "--set", "eval.n_per_category={C = 3}"]
+    argv += ["--set", "targets.C={pass1 = [0.0, 1.0], pass_n = [0.7, 0.85]}"]
+    argv += ["--set", "lr_trials=['SFT 3e-4: expert NLL 0.12 in 10 epochs']"]
+    ran = {stage: study.run([stage, "--out", str(out), *argv]).ran[stage] for stage in study.STAGES}
+    assert ran["train"] == ["grpo/C/s0", "sft/C/s0", "rft/C/s0"]
+    assert sorted(ran["eval-trained"]) == ["C/rft-s0", "C/rl-s0", "C/sft-s0"]
+    done = json.loads((out / "train/rft/C/seed0/done.json").read_text())
+    base = json.loads((out / "base/done.json").read_text())
+    assert done["steps"] == 0 and "solved none" in done["no_data"]
+    assert done["model"] == base["model"]
+    manifest = json.loads((out / "eval/C/rft-seed0/manifest.json").read_text())
+    assert manifest["name"] == "RFT s0" and manifest["seed"] == 0
+    assert manifest["n"] == 3  # eval.n_per_category: more samples where the base rarely succeeds
+    assert manifest["policy"] == f"lean:{(out / base['model']).resolve()}"
+    metrics = json.loads((out / "compare/C/seed0/metrics.json").read_text())
+    assert metrics["runs"]["RFT"]["name"] == "RFT s0" and "RFT" in metrics["vs_base"]
+    assert set(metrics["venn"]) == {"base only", "RL only", "SFT only", "all", "none"}
+    text = (out / "report/report.md").read_text()
+    assert "RFT s0" in text and "RFT − base" in text and "n per category: {'C': 3}" in text
+    assert metrics["n"] == 3
+    # Both base evaluations (eval seeds 0, 1) against the targets; pass@1 lies in [0, 1].
+    rows = [line for line in text.splitlines() if line.startswith("| C | ")]
+    target_rows = [r for r in rows if "| 3, 5 |" in r]
+    assert [r.split(" | ")[1] for r in target_rows] == ["0", "1"]
+    assert all("(in)" in r.split(" | ")[3] and "0.7-0.85" in r for r in target_rows)
+    assert "- SFT 3e-4: expert NLL 0.12 in 10 epochs" in text
+    rerun = ["train", "--out", str(out), "--method", "rft", "--categories", "C"]
+    assert study.run(rerun).ran["train"] == []
+
+
+def test_methods_and_per_category_n_are_checked(tmp_path):
+    out = str(tmp_path / "bad")
+    for setting, message in (
+        ("methods=['sft']", "methods must list sft and grpo"),
+        ("methods=['sft', 'grpo', 'ppo']", "may add rft"),
+        ("eval.n_per_category={D = 128}", "names 'D', not a category"),
+        ("eval.n_per_category={C = 0}", "eval.n_per_category.C must be an integer >= 1"),
+        ("rft={self_keep = 0}", "self_keep must be an integer >= 1"),
+        ("targets.D={pass1 = [0.3, 0.4]}", "[targets.D] must name a category"),
+        ("targets.C={pass1 = [0.4, 0.3]}", "targets.C.pass1 must be [low, high] in [0, 1]"),
+        ("targets.C={pass2 = [0.3, 0.4]}", "unknown key 'pass2'"),
+    ):
+        sets = ["--set", setting, "--set", "methods=['sft', 'grpo', 'rft']"]
+        if setting.startswith("methods"):
+            sets = sets[:2]
+        with pytest.raises(StudyError, match=re.escape(message)):
+            study.run(["splits", "--out", out, "--profile", "tiny", *sets])

@@ -105,3 +105,27 @@ def test_corpus_config_is_validated():
         CorpusConfig(episodes_per_category=0)
     with pytest.raises(ValueError, match="budgets must be non-negative"):
         CorpusConfig(budgets=(-1,))
+
+
+def test_plain_oracle_writes_the_corpus_format_not_sentences_the_base_never_saw():
+    """The SFT expert in the base's own format: math worked step by step exactly as the corpus's
+    error-free solutions, retrieval as bare actions (the corpus has no ``<think>`` sentences)."""
+    from passkt.agents.rollout import rollout
+    from passkt.agents.scripted import OraclePolicy
+
+    rng = np.random.default_rng(0)
+    maths = synthetic.load_tasks("math", "train", num_tasks=20)
+    plain = OraclePolicy(maths, think=False, worked=True)
+    env = {"split": "train", "source_options": {"num_tasks": 20}}
+    ids = [t.task_id for t in maths]
+    episodes = rollout(plain, "Math-v0", ids, budgets=(0,), env_kwargs=env).episodes
+    for task, episode in zip(maths, episodes, strict=True):
+        assert episode.turns[0].completion.text == worked_solution(task, rng, error_rate=0.0)
+        assert episode.correct
+    bridges = synthetic.load_tasks("bridge", "train", num_tasks=10)
+    env = {"split": "train", "source_options": {"num_tasks": 10}}
+    ids = [t.task_id for t in bridges]
+    for worked in (False, True):  # worked solutions change nothing without a computation
+        policy = OraclePolicy(bridges, think=False, worked=worked)
+        for e in rollout(policy, "BridgeQA-v0", ids, budgets=(5,), env_kwargs=env).episodes:
+            assert e.correct and all("<think>" not in t.completion.text for t in e.turns)

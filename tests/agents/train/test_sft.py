@@ -113,3 +113,56 @@ def test_sft_refuses_data_without_rewarded_episodes(tiny64, people, tmp_path):
     )
     with pytest.raises(ValueError, match="None of the 1 expert episodes earned a reward"):
         train_sft(config)
+
+
+@pytest.mark.slow
+def test_on_policy_control_trains_on_the_bases_own_successes(format_checkpoint, tmp_path):
+    """``expert = "self"`` (rejection sampling): the base's rewarded samples only, at most
+    ``self_keep`` per task, and SFT on them makes the greedy policy give the rewarded answer."""
+    from train_sources import DIGIT_ENV, DIGIT_IDS
+    from transformers import AutoTokenizer
+
+    from passkt.agents.hf import HFPolicy
+    from passkt.agents.train.sft import build_self_dataset
+
+    config = SFTConfig(
+        policy=f"hf:{format_checkpoint}",
+        env_id="Math-v0",
+        env_kwargs=DIGIT_ENV,
+        t_train=0,
+        expert="self",
+        self_samples=24,
+        self_keep=2,
+        finetune="full",
+        learning_rate=3e-3,
+        batch_size=4,
+        micro_batch_size=4,
+        epochs=15,
+        max_new_tokens=8,
+        output_dir=str(tmp_path / "self"),
+        progress=False,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(format_checkpoint)
+    examples = build_self_dataset(config)
+    per_task = {}
+    for e in examples:
+        per_task[e.task_id] = per_task.get(e.task_id, 0) + 1
+        mask, ids = e.sequence.policy_mask, e.sequence.token_ids
+        assert e.reward == 1.0
+        assert "<answer>7</answer>" in tokenizer.decode(
+            [i for i, m in zip(ids, mask, strict=True) if m]
+        )
+    assert set(per_task) <= set(DIGIT_IDS) and len(per_task) >= 2 and max(per_task.values()) <= 2
+
+    result = train_sft(config)
+    saved = load_expert_dataset(tmp_path / "self" / "expert_data.jsonl")
+    assert [e.sequence for e in saved] == [e.sequence for e in examples]  # same samples, seeded
+    episodes = rollout(
+        HFPolicy(result.checkpoint),
+        "Math-v0",
+        DIGIT_IDS,
+        budgets=(0,),
+        env_kwargs={**DIGIT_ENV, "split": "train"},
+        params=SamplingParams(temperature=0.0, max_new_tokens=8),
+    ).episodes
+    assert sum(e.correct for e in episodes) >= 3, [e.messages[-1] for e in episodes]

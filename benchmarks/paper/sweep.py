@@ -1,0 +1,213 @@
+"""The base-strength sweep: does "RL sharpens, does not widen" depend on how strong the base is?
+
+Each point is one finished study folder (``study.py all``), all with the same SFT / RL / RFT
+recipe and one base each: a size, a pretraining length, a pretraining seed. This script reads
+their ``compare`` metrics and plots, per category, the boundary change of every trained kind
+(trained minus base, mean and range over training seeds) against the base's pass@1, beside the
+noise floor (the largest base-vs-base boundary swap of that study's repeated base evaluations)::
+
+    python benchmarks/paper/sweep.py runs/nano runs/micro runs/micro-long --out runs/sweep
+
+Two pretraining seeds of one recipe are two folders (``--set base.pretrain.seed=1``); they show
+as two points at their own base pass@1, so the spread between them is visible, not averaged
+away. Writes ``OUT/sweep.md`` (the table, the per-stage cost of every study) and
+``OUT/sweep_<cat>.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+TRAINED = ("SFT", "RL", "RFT")
+COLORS = {"SFT": "#3182bd", "RL": "#e6550d", "RFT": "#31a354"}
+
+
+class SweepError(Exception):
+    """A folder that is not a finished study: the message names it and what is missing."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One study's result for one category."""
+
+    study: str
+    label: str
+    category: str
+    base_pass1: float
+    base_passn: float
+    base_boundary: int
+    floor: int | None
+    """Largest base-vs-base swap count (None: the study evaluated its base once)."""
+    changes: dict[str, list[int]]
+    """Trained kind -> boundary change (trained - base) per training seed."""
+
+
+def _label(profile: dict) -> str:
+    pre = profile.get("base", {}).get("pretrain")
+    if pre is None:
+        return str(profile.get("base", {}).get("model", profile.get("name")))
+    return (
+        f"{pre.get('size', 'nano')} {pre.get('max_steps', 3000)} steps, seed {pre.get('seed', 0)}"
+    )
+
+
+def read_study(folder: Path) -> list[Point]:
+    """The points of one finished study folder (one per category)."""
+    stored = folder / "profile.json"
+    if not stored.is_file():
+        raise SweepError(f"{folder}: no profile.json; give folders made by study.py")
+    profile = json.loads(stored.read_text(encoding="utf-8"))["profile"]
+    by_cat: dict[str, list[dict]] = defaultdict(list)
+    for path in sorted(folder.glob("compare/*/seed*/metrics.json")):
+        by_cat[path.parent.parent.name].append(json.loads(path.read_text(encoding="utf-8")))
+    if not by_cat:
+        raise SweepError(f"{folder}: no compare/*/seed*/metrics.json; run its compare stage")
+    points = []
+    for cat, seeds in sorted(by_cat.items()):
+        base = seeds[0]["runs"]["base"]
+        floors = [m["noise_floor"]["max_swap"] for m in seeds if m.get("noise_floor")]
+        changes = {
+            role: [m["runs"][role]["boundary"] - m["runs"]["base"]["boundary"] for m in seeds]
+            for role in TRAINED
+            if all(role in m["runs"] for m in seeds)
+        }
+        points.append(
+            Point(
+                study=str(folder),
+                label=_label(profile),
+                category=cat,
+                base_pass1=base["pass@1"],
+                base_passn=base["pass@n"],
+                base_boundary=base["boundary"],
+                floor=max(floors) if floors else None,
+                changes=changes,
+            )
+        )
+    return points
+
+
+def stage_seconds(folder: Path) -> dict[str, float]:
+    """Unit seconds per stage of a study (all attempts), from its ``timings.jsonl``."""
+    path = folder / "timings.jsonl"
+    totals: dict[str, float] = defaultdict(float)
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line) if line.strip() else None
+            if record and record["status"] != "stage":
+                totals[record["stage"]] += record["seconds"]
+    return dict(totals)
+
+
+def _spread(values: list[int]) -> str:
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    return f"{mean:+.1f} [{min(values):+d}, {max(values):+d}]"
+
+
+def sweep_table(points: Sequence[Point]) -> str:
+    """The sweep as Markdown: one row per (category, study), weakest base first."""
+    header = ["category", "base", "base pass@1", "base pass@n", "base boundary", "noise floor"]
+    header += [f"{r} − base boundary" for r in TRAINED]
+    rows = []
+    for p in sorted(points, key=lambda p: (p.category, p.base_pass1)):
+        floor = "-" if p.floor is None else f"±{p.floor}"
+        cells = [p.category, p.label, f"{p.base_pass1:.3f}", f"{p.base_passn:.3f}"]
+        cells += [str(p.base_boundary), floor, *(_spread(p.changes.get(r, [])) for r in TRAINED)]
+        rows.append(cells)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def plot_category(points: Sequence[Point], category: str, path: Path) -> Path:
+    """Boundary change vs base pass@1: mean and seed range per kind, grey bars the noise floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    chosen = sorted((p for p in points if p.category == category), key=lambda p: p.base_pass1)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for p in chosen:
+        if p.floor is not None:
+            ax.fill_between(
+                [p.base_pass1 - 0.005, p.base_pass1 + 0.005], -p.floor, p.floor, color="0.85"
+            )
+    for offset, role in zip((-0.003, 0.0, 0.003), TRAINED, strict=True):
+        xs, means, lows, highs = [], [], [], []
+        for p in chosen:
+            values = p.changes.get(role)
+            if values:
+                mean = statistics.fmean(values)
+                xs.append(p.base_pass1 + offset)
+                means.append(mean)
+                lows.append(mean - min(values))
+                highs.append(max(values) - mean)
+        if xs:
+            ax.errorbar(xs, means, yerr=[lows, highs], fmt="o-", color=COLORS[role], label=role,
+                        capsize=3)  # fmt: skip
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xlabel("base pass@1 at T_max")
+    ax.set_ylabel("boundary change (trained − base), problems")
+    ax.set_title(f"{category}: boundary change vs base strength (grey: ± base-vs-base swaps)")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def make_sweep(folders: Sequence[Path], out: Path) -> Path:
+    """Read the studies, write ``sweep.md`` and one figure per category; returns the Markdown."""
+    points = [p for folder in folders for p in read_study(folder)]
+    out.mkdir(parents=True, exist_ok=True)
+    figures = [
+        plot_category(points, cat, out / f"sweep_{cat}.png")
+        for cat in sorted({p.category for p in points})
+    ]
+    stages = sorted({s for folder in folders for s in stage_seconds(folder)})
+    cost = ["| study | " + " | ".join(stages) + " | total |", "|---" * (len(stages) + 2) + "|"]
+    for folder in folders:
+        seconds = stage_seconds(folder)
+        cells = [f"{seconds.get(s, 0.0) / 60:.1f}" for s in stages]
+        cost.append(f"| {folder} | " + " | ".join(cells) + f" | {sum(seconds.values()) / 60:.1f} |")
+    text = (
+        "# Base-strength sweep\n\nBoundary change (trained − base boundary size at T_max): mean "
+        "[min, max] over training seeds. Noise floor: the largest number of problems two "
+        "evaluations of the same base swap; a change inside ± that floor is not a finding.\n\n"
+        + sweep_table(points)
+        + "\n"
+        + "\n".join(f"![{f.stem}]({f.name})" for f in figures)
+        + "\n\n## Cost (unit minutes per stage, from each study's timings.jsonl)\n\n"
+        + "\n".join(cost)
+        + "\n"
+    )
+    path = out / "sweep.md"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sweep.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("studies", nargs="+", type=Path, help="finished study folders")
+    parser.add_argument("--out", required=True, type=Path, help="where sweep.md goes")
+    args = parser.parse_args(argv)
+    try:
+        path = make_sweep(args.studies, args.out)
+    except SweepError as e:
+        print(f"sweep.py: error: {e}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

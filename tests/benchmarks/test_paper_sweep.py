@@ -1,0 +1,56 @@
+"""The base-strength sweep (benchmarks/paper/sweep.py) over study folders' compare metrics."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "paper"))
+
+import sweep
+
+
+def _study(folder: Path, steps: int, base: tuple[float, int], trained: dict, swap: int) -> Path:
+    """A study folder as study.py leaves it: its profile, per-seed metrics and timings."""
+    pre = {"size": "micro", "max_steps": steps, "seed": 1}
+    profile = {"source": "testbed", "profile": {"name": "testbed", "base": {"pretrain": pre}}}
+    folder.mkdir(parents=True)
+    (folder / "profile.json").write_text(json.dumps(profile))
+    for seed, boundaries in enumerate(zip(*trained.values(), strict=True)):
+        runs = {"base": {"pass@1": base[0], "pass@n": 0.5, "boundary": base[1]}}
+        for role, boundary in zip(trained, boundaries, strict=True):
+            runs[role] = {"pass@1": 0.0, "pass@n": 0.0, "boundary": boundary}
+        metrics = {"runs": runs, "noise_floor": {"max_swap": swap}}
+        path = folder / "compare" / "C" / f"seed{seed}" / "metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(metrics))
+    lines = [
+        {"stage": "train", "unit": "grpo/C/s0", "seconds": 120.0, "status": "done"},
+        {"stage": "train", "unit": "grpo/C/s0", "seconds": 60.0, "status": "aborted"},
+        {"stage": "train", "unit": "*", "seconds": 999.0, "status": "stage"},
+    ]
+    (folder / "timings.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return folder
+
+
+def test_sweep_orders_bases_by_strength_and_shows_changes_beside_the_floor(tmp_path):
+    strong = _study(tmp_path / "strong", 6000, (0.35, 80), {"RL": [78, 76], "SFT": [85, 83]}, 9)
+    weak = _study(tmp_path / "weak", 900, (0.02, 30), {"RL": [33, 35], "SFT": [40, 44]}, 7)
+    path = sweep.make_sweep([strong, weak], tmp_path / "out")
+    text = path.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| C |")]
+    assert len(rows) == 2 and "900 steps" in rows[0] and "6000 steps" in rows[1]  # weak first
+    assert "| 0.020 |" in rows[0] and "| ±7 | +12.0 [+10, +14] | +4.0 [+3, +5] | - |" in rows[0]
+    assert "| ±9 | +4.0 [+3, +5] | -3.0 [-4, -2] | - |" in rows[1]
+    assert "| 3.0 |" in text  # train: 180 unit seconds (both attempts), not the stage line
+    assert (tmp_path / "out" / "sweep_C.png").stat().st_size > 1000
+
+
+def test_sweep_names_a_folder_that_is_not_a_finished_study(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert sweep.main([str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 2
+    assert "no profile.json" in capsys.readouterr().err
