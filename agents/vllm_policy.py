@@ -49,6 +49,33 @@ def request_seeds(
     return [(seed + i) % _SEED_MODULUS for i in range(count)]
 
 
+def generate_with_engine(
+    llm: Any,
+    vllm: Any,
+    prompts: Sequence[Sequence[int]],
+    params: SamplingParams,
+    decode: Callable[[Sequence[int]], str],
+    **generate_kwargs: Any,
+) -> list[Completion]:
+    """One ``llm.generate`` call over token-id prompts, a request each with its own seed
+    (``request_seeds``), converted to completions; shared by every passkt caller of a vLLM engine
+    (``generate_kwargs``: e.g. the step's ``lora_request``)."""
+    if not prompts:
+        return []
+    base = to_vllm_sampling_kwargs(params)
+    requests = [
+        vllm.SamplingParams(**{**base, "seed": seed})
+        for seed in request_seeds(params.seed, len(prompts), params.seeds)
+    ]
+    outputs = llm.generate(
+        [{"prompt_token_ids": list(p)} for p in prompts],  # vllm.inputs.TokensPrompt
+        sampling_params=requests,
+        use_tqdm=False,
+        **generate_kwargs,
+    )
+    return completions_from_vllm(outputs, decode=decode)
+
+
 def to_vllm_sampling_kwargs(params: SamplingParams, *, logprobs: bool = True) -> dict[str, Any]:
     """Keyword arguments for ``vllm.SamplingParams`` equivalent to ``params``.
 
@@ -212,16 +239,4 @@ class VLLMPolicy:
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
     ) -> list[Completion]:
         """Continue each token-id prompt ``params.n`` times (conversation-major)."""
-        if not prompts:
-            return []
-        base = to_vllm_sampling_kwargs(params)
-        requests = [
-            self._vllm.SamplingParams(**{**base, "seed": seed})
-            for seed in request_seeds(params.seed, len(prompts), params.seeds)
-        ]
-        outputs = self.llm.generate(
-            [{"prompt_token_ids": list(p)} for p in prompts],  # vllm.inputs.TokensPrompt
-            sampling_params=requests,
-            use_tqdm=False,
-        )
-        return completions_from_vllm(outputs, decode=self.decode)
+        return generate_with_engine(self.llm, self._vllm, prompts, params, self.decode)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from passkt.agents.policy import Completion, SamplingParams
-from passkt.agents.vllm_policy import completions_from_vllm, request_seeds, to_vllm_sampling_kwargs
+from passkt.agents.vllm_policy import generate_with_engine
 
 
 def server_generate_kwargs(params: SamplingParams) -> dict[str, Any]:
@@ -128,19 +128,7 @@ class ColocatedEnginePolicy:
     def generate_ids(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
     ) -> list[Completion]:
-        if not prompts:
-            return []
-        base = to_vllm_sampling_kwargs(params)
-        requests = [
-            self._vllm.SamplingParams(**{**base, "seed": seed})
-            for seed in request_seeds(params.seed, len(prompts))
-        ]
-        outputs = self.llm.generate(
-            [{"prompt_token_ids": list(p)} for p in prompts],
-            sampling_params=requests,
-            use_tqdm=False,
-        )
-        return completions_from_vllm(outputs, decode=self.decode)
+        return generate_with_engine(self.llm, self._vllm, prompts, params, self.decode)
 
 
 class ServerEnginePolicy(ColocatedEnginePolicy):

@@ -31,9 +31,7 @@ from typing import Any
 from passkt.agents.policy import Completion, SamplingParams
 from passkt.agents.vllm_policy import (
     VLLMPolicy,
-    completions_from_vllm,
-    request_seeds,
-    to_vllm_sampling_kwargs,
+    generate_with_engine,
 )
 
 logger = logging.getLogger(__name__)
@@ -173,17 +171,6 @@ class VLLMTrainingPolicy(VLLMPolicy):
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
     ) -> list[Completion]:
         """As ``VLLMPolicy.generate_ids``, with the current step's LoRA adapter if any."""
-        if not prompts:
-            return []
-        base = to_vllm_sampling_kwargs(params)
-        requests = [
-            self._vllm.SamplingParams(**{**base, "seed": seed})
-            for seed in request_seeds(params.seed, len(prompts))
-        ]
-        outputs = self.llm.generate(
-            [{"prompt_token_ids": list(p)} for p in prompts],
-            sampling_params=requests,
-            use_tqdm=False,
-            lora_request=self._lora_request,
+        return generate_with_engine(
+            self.llm, self._vllm, prompts, params, self.decode, lora_request=self._lora_request
         )
-        return completions_from_vllm(outputs, decode=self.decode)
