@@ -11,7 +11,9 @@ leak in. For greedy decoding the loop gives the same tokens as ``model.generate(
 Layout of a call: every prompt is repeated ``n`` times (conversation-major), the rows are cut into
 chunks of at most ``batch_size``, each chunk is left-padded, prefilled once per distinct prompt
 (the cache is then repeated ``n`` times) and decoded step by step; finished rows are dropped from
-the batch and the cache as they finish.
+the batch and the cache as they finish. A call samples from one generator seeded with
+``params.seed``, or, given ``params.seeds``, each row from its own (``passkt.agents.row_seeds``),
+which stays with its row as others are dropped, so a row's draws do not depend on its batch.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from passkt.agents.policy import Completion, Conversation, SamplingParams
+from passkt.agents.row_seeds import (
+    chunk_generators,
+    live_generators,
+    row_generators,
+    sample_rows,
+)
 from passkt.envs.errors import ModelUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -109,7 +117,9 @@ def sample_next(logits: Any, params: SamplingParams, generator: Any) -> tuple[An
         logits: ``(B, V)`` float32 next-token logits.
         params: Sampling settings. ``temperature == 0`` is greedy, and the logprob is then taken
             under the unscaled, unfiltered distribution.
-        generator: ``torch.Generator`` on the logits' device.
+        generator: A ``torch.Generator`` on the logits' device that the whole batch draws from,
+            or a list of ``B`` generators, one per row (see ``passkt.agents.row_seeds``), so
+            that a row's draw does not depend on the other rows.
 
     Returns:
         ``(tokens (B,), logprobs (B,))``.
@@ -122,7 +132,11 @@ def sample_next(logits: Any, params: SamplingParams, generator: Any) -> tuple[An
     else:
         scores = filter_logits(logits / params.temperature, params.top_k, params.top_p)
         logprobs = torch.log_softmax(scores, dim=-1)  # (B, V)
-        tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)  # (B,)
+        probs = logprobs.exp()
+        if isinstance(generator, torch.Generator):
+            tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+        else:
+            tokens = sample_rows(probs, generator)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
@@ -163,6 +177,10 @@ class HFPolicy:
         >>> policy = HFPolicy("smollm2-135m-instruct")  # doctest: +SKIP
         >>> policy.generate([[{"role": "user", "content": "Hi"}]], SamplingParams(seed=0))
     """
+
+    seeds_each_row = True
+    """Honours ``SamplingParams.seeds``: each row samples from its own generator, so a row's
+    completion does not depend on its batch (up to float rounding of batched logits)."""
 
     def __init__(
         self,
@@ -277,7 +295,8 @@ class HFPolicy:
                 rows: list[_Row] = []
                 for start in range(0, len(prompts), per_chunk):
                     chunk = [list(p) for p in prompts[start : start + per_chunk]]
-                    rows.extend(self._decode_chunk(chunk, params, generator))
+                    own = chunk_generators(generator, start, len(chunk), params.n)
+                    rows.extend(self._decode_chunk(chunk, params, own))
         finally:
             self.model.train(was_training)
         return self._completions(rows)
@@ -285,10 +304,17 @@ class HFPolicy:
     # ------------------------------------------------------------------ decoding internals
 
     def _start(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> Any:
-        """Check the prompts; the generator every row of this call samples from."""
+        """Check the prompts; the generator every row of this call samples from, or with
+        ``params.seeds`` a list of each row's own (``row_generators``)."""
         for i, prompt in enumerate(prompts):
             if len(prompt) == 0:
                 raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+        if params.seeds is not None:
+            if len(params.seeds) != len(prompts):
+                raise ValueError(
+                    f"SamplingParams.seeds has {len(params.seeds)} seeds for {len(prompts)} prompts"
+                )
+            return row_generators(params.seeds, params.n, self.device)
         generator = self._torch.Generator(device=self.device)
         if params.seed is None:
             generator.seed()
@@ -354,7 +380,8 @@ class HFPolicy:
         rows = [_Row([], []) for _ in range(len(prompts) * params.n)]
         live = list(range(len(rows)))  # batch position -> index in rows
         for step in range(params.max_new_tokens):
-            tokens, logprobs = sample_next(logits, params, generator)  # (B,), (B,)
+            own = live_generators(generator, live)
+            tokens, logprobs = sample_next(logits, params, own)  # (B,), (B,)
             keep = []
             for b, (token, logprob) in enumerate(
                 zip(tokens.tolist(), logprobs.tolist(), strict=True)

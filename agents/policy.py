@@ -42,10 +42,12 @@ class SamplingParams:
     """Same seed, same batch, same completions."""
     seeds: tuple[int, ...] | None = None
     """One seed per conversation of the call (overrides ``seed`` where a backend honours it).
-    A backend that seeds each row from its own seed (scripted, vLLM, OpenAI-compatible) gives a
-    row the same completion whatever else is in the batch, so the evaluator's results do not
-    depend on how it batches episodes; such a policy says so with a class attribute
-    ``seeds_each_row = True``. ``HFPolicy`` samples a batch from one generator and ignores it."""
+    A backend that seeds each row from its own seed (scripted, vLLM, OpenAI-compatible,
+    ``HFPolicy`` and ``LeanPolicy``, which seed sample ``j`` of conversation ``i`` from
+    ``(seeds[i], j)``) gives a row the same completion whatever else is in the batch, so the
+    evaluator's results do not depend on how it batches episodes; such a policy says so with a
+    class attribute ``seeds_each_row = True``. Without ``seeds``, ``HFPolicy`` samples a call
+    from one generator seeded with ``seed``."""
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0 or self.temperature == float("inf"):  # also refuses NaN

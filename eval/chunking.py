@@ -6,7 +6,8 @@ the batching changes which samples a run draws (for policies that honour per-row
 chunk (default one task) is the unit a crash can lose, a batch is what the policy generates for at
 once, and batches are sized from the policy's measured speed so that one takes about
 ``chunk_seconds`` (two minutes by default). A policy that samples a whole batch from one
-generator (``HFPolicy``, ``lean:``) keeps one chunk per batch, so its draws stay reproducible.
+generator (one without ``seeds_each_row``) keeps one chunk per batch, so its draws stay
+reproducible.
 Runs made before per-sample seeding seeded each chunk from its index (:func:`chunk_seed`); they
 resume the way they were started, one chunk per batch.
 """
@@ -90,7 +91,8 @@ class Batching:
     sample, so it is sized from the measured seconds per task to take about ``seconds`` (at
     most ``max_tasks`` tasks, at least one chunk); the first batch is one chunk, to measure.
     Runs seeded per chunk roll out one chunk per batch with :func:`chunk_seed`, and so does a
-    policy that samples a batch jointly (``HFPolicy``), so that its draws do not depend on timing.
+    policy that samples a batch jointly (no ``seeds_each_row``), so that its draws do not depend
+    on timing.
     """
 
     seed: int

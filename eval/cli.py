@@ -384,7 +384,7 @@ def _add_eval(subparsers: Any) -> None:
         "--chunk-tasks",
         type=_positive_int,
         help="tasks per chunk, the unit of saving and resuming (default 1); also the batch of "
-        "hf:/lean: policies, whose draws depend on their batch",
+        "a policy whose draws depend on its batch (one without per-row seeds)",
     )
     p.add_argument(
         "--chunk-seconds",

@@ -17,9 +17,10 @@ that do not depend on the model's size (measured in ``benchmarks/testbed_speed.p
    finished rows stay in the batch until at most half are left, then the cache is compacted once.
 
 Everything that decides the output is ``HFPolicy``'s own: the chunking of rows, the order in
-which rows are sampled and dropped, ``sample_next`` with the same generator, and the stop rules. So
-for the same seed the completions are those of ``HFPolicy`` token for token (up to float rounding in
-near-ties), and the logprobs agree to about 1e-6 (``tests/agents/testbed/test_decoding.py``).
+which rows are sampled and dropped, ``sample_next`` with the same generator (or each row's own,
+given ``SamplingParams.seeds``), and the stop rules. So for the same seed the completions are
+those of ``HFPolicy`` token for token (up to float rounding in near-ties), and the logprobs agree
+to about 1e-6 (``tests/agents/testbed/test_decoding.py``).
 Other models (peft wrappers, other architectures, RoPE scaling) fall back to ``HFPolicy``'s loop.
 
 The prefix cache (and the fused weights) are rebuilt whenever a weight changes (checked at every
@@ -38,6 +39,7 @@ import numpy as np
 
 from passkt.agents.hf import HFPolicy, _Row, completed_stop, sample_next
 from passkt.agents.policy import Completion, SamplingParams
+from passkt.agents.row_seeds import chunk_generators, live_generators
 
 logger = logging.getLogger(__name__)
 
@@ -387,7 +389,8 @@ class LeanPolicy(HFPolicy):
             for start in range(0, len(prompts), per_chunk):
                 chunk = [list(p) for p in prompts[start : start + per_chunk]]
                 keep = self.prefix_cache and kept < self.prefix_cache_bytes
-                rows.extend(self._lean_chunk(chunk, params, generator, store if keep else None))
+                own = chunk_generators(generator, start, len(chunk), params.n)
+                rows.extend(self._lean_chunk(chunk, params, own, store if keep else None))
                 if keep:  # the chunk's cache: rows x slots x (layers x K and V x heads x dims)
                     slots = max(map(len, chunk)) + params.max_new_tokens
                     kept += len(chunk) * params.n * slots * self._net.token_bytes
@@ -483,7 +486,8 @@ class LeanPolicy(HFPolicy):
         for step in range(params.max_new_tokens):
             everyone = len(live) == cache.k[0].shape[0]
             picked = logits if everyone else logits[torch.tensor(slot)]
-            tokens, logprobs = sample_next(picked, params, generator)  # (B,), (B,)
+            own = live_generators(generator, live)
+            tokens, logprobs = sample_next(picked, params, own)  # (B,), (B,)
             check = None if may_stop is None else may_stop[tokens].tolist()
             keep = []
             for b, (token, logprob) in enumerate(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -242,3 +243,54 @@ def test_errors_name_the_problem(tiny_checkpoint, tiny_policy, tmp_path):
     bare.tokenizer.chat_template = None
     with pytest.raises(ValueError, match="no chat template"):
         bare.generate([[{"role": "user", "content": "hi"}]], NO_STOP)
+
+
+def test_per_row_seeds_make_a_row_independent_of_its_batch(tiny_checkpoint, conversations):
+    """With ``SamplingParams.seeds`` each (conversation, sample) row draws from its own
+    generator: a conversation gets the same completions alone, at another batch position, and
+    in chunks of other sizes, while short stops drop rows mid-decode at different steps."""
+    assert HFPolicy.seeds_each_row
+    wide, narrow = HFPolicy(tiny_checkpoint, batch_size=8), HFPolicy(tiny_checkpoint, batch_size=2)
+    params = SamplingParams(temperature=1.0, max_new_tokens=10, stop=("e", "l"), n=2, seed=1)
+    batched = wide.generate(conversations, replace(params, seeds=(5, 11, 7)))
+    assert len({len(c.token_ids) for c in batched}) > 1  # rows finished at different steps
+    for i, seed in enumerate((5, 11, 7)):
+        alone = wide.generate([conversations[i]], replace(params, seed=2, seeds=(seed,)))
+        _assert_same_rows(alone, batched[2 * i : 2 * i + 2])
+    reordered = narrow.generate(conversations[::-1], replace(params, seeds=(7, 11, 5)))
+    _assert_same_rows(reordered, batched[4:6] + batched[2:4] + batched[0:2])
+    assert batched[0].token_ids != batched[1].token_ids  # the two samples of a row differ
+    other = wide.generate([conversations[1]], replace(params, seeds=(12,)))
+    assert other != batched[2:4]  # the seed chooses the draws
+    with pytest.raises(ValueError, match="2 seeds for 3 prompts"):
+        wide.generate(conversations, replace(params, seeds=(1, 2)))
+
+
+def _assert_same_rows(expected, got) -> None:
+    assert [c.token_ids for c in expected] == [c.token_ids for c in got]
+    assert [c.text for c in expected] == [c.text for c in got]
+    for a, b in zip(expected, got, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_per_row_draws_follow_each_rows_distribution():
+    """Each row draws from its own generator by inverting its CDF: the empirical frequencies
+    match the probabilities (within 4 standard errors) and masked tokens are never drawn."""
+    from passkt.agents.hf import sample_next
+    from passkt.agents.row_seeds import row_generators
+
+    probs = torch.tensor([0.0, 0.2, 0.0, 0.5, 0.3, 0.0])
+    rows = 4000
+    logits = torch.log(probs).expand(rows, -1)  # -inf where masked
+    generators = row_generators(range(rows), 1, "cpu")
+    tokens, logprobs = sample_next(logits, SamplingParams(temperature=1.0), generators)
+    counts = torch.bincount(tokens, minlength=6).double() / rows
+    assert counts[probs == 0].sum() == 0
+    assert torch.all((counts - probs).abs() <= 4 * (probs * (1 - probs) / rows).sqrt())
+    assert torch.allclose(logprobs, torch.log(probs)[tokens])
+    again, _ = sample_next(logits, SamplingParams(), row_generators(range(rows), 1, "cpu"))
+    assert torch.equal(again, tokens)  # the seeds alone decide the draws
+    with pytest.raises(ValueError, match="3 generators for 4000 rows"):
+        sample_next(logits, SamplingParams(), generators[:3])
+    with pytest.raises(ValueError, match="seeds must be >= 0"):
+        row_generators([-1], 2, "cpu")

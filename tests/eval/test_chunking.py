@@ -11,6 +11,7 @@ from passkt.agents.policy import SamplingParams
 from passkt.eval.chunking import Batching, sample_seed
 from passkt.eval.evaluate import evaluate
 from passkt.eval.store import MANIFEST_FILE, RESULTS_FILE
+from passkt.eval.transcripts import TRANSCRIPTS_FILE
 
 SAMPLED = SamplingParams(temperature=1.0)
 SMALL = {"source_options": {"num_tasks": 40}}
@@ -114,3 +115,28 @@ def test_per_row_seeds_make_a_row_independent_of_its_batch():
     assert request_seeds(3, 2, (10, 20)) == [10, 20] and request_seeds(3, 2) == [3, 4]
     with pytest.raises(ValueError, match="2 seeds for 3 prompts"):
         request_seeds(None, 3, (1, 2))
+
+
+def test_a_model_policy_draws_the_same_samples_in_any_batching(tmp_path):
+    """A tiny transformers model (``hf:`` loads ``LeanPolicy`` on a CPU) seeds each row on its
+    own, so one chunk per batch and all chunks in a few batches give the same transcripts."""
+    from passkt.agents.specs import load_policy
+    from passkt.agents.tiny import make_tiny_checkpoint
+
+    checkpoint = make_tiny_checkpoint(tmp_path / "tiny", seed=0)
+    policy = load_policy(f"hf:{checkpoint}", batch_size=8)
+    assert policy.seeds_each_row
+    params = SamplingParams(temperature=1.0, max_new_tokens=12)
+    kwargs = {**KWARGS, "n": 2, "limit": 3, "budgets": (0, 1), "params": params}
+    runs = {}
+    for name, seconds in (("fine", 1e-9), ("coarse", 1e9)):
+        runs[name] = evaluate(
+            "BridgeQA-v0", policy, seed=3, chunk_tasks=1, chunk_seconds=seconds,
+            out_dir=tmp_path / name, **kwargs,
+        )  # fmt: skip
+    assert runs["fine"].stats.policy_calls > runs["coarse"].stats.policy_calls
+    assert runs["fine"].outcomes == runs["coarse"].outcomes
+    fine, coarse = ((tmp_path / name / TRANSCRIPTS_FILE).read_text() for name in runs)
+    assert fine == coarse and len(fine.splitlines()) == 3 * 2 * 2
+    turns = {str(json.loads(line)["messages"][-1]) for line in fine.splitlines()}
+    assert len(turns) > 1  # sampled turns, not one constant

@@ -7,6 +7,8 @@ cache, and after the weights change.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -187,3 +189,28 @@ def test_hf_spec_takes_the_lean_loop_on_a_cpu_only(nano_checkpoint):
     assert isinstance(on_cpu, LeanPolicy) and on_cpu.fallback_reason is None
     assert on_cpu.spec == f"hf:{nano_checkpoint}"  # manifests still name the spec given
     assert type(load_policy(f"hf:{nano_checkpoint}", device="meta")) is HFPolicy
+
+
+def test_per_row_seeds_make_a_row_independent_of_its_batch(loud_model, testbed_tokenizer):
+    """With ``SamplingParams.seeds`` a prompt's two samples are the same alone, in a batch at
+    another position, and in smaller chunks (rows dropped and the cache compacted at other
+    steps), and still those of ``HFPolicy`` token for token."""
+    prompts = _prompts(testbed_tokenizer, count=5)
+    seeds = (3, 14, 15, 92, 65)
+    params = SamplingParams(temperature=1.0, max_new_tokens=10, stop=("<",), n=2, seed=1)
+    lean = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=10)
+    assert LeanPolicy.seeds_each_row and lean.fallback_reason is None
+    batched = lean.generate_ids(prompts, replace(params, seeds=seeds))
+    assert len({len(c.token_ids) for c in batched}) > 1  # rows finished at different steps
+    small = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=4, prefix_cache=False)
+    for i in (0, 3):
+        alone = small.generate_ids([prompts[i]], replace(params, seed=7, seeds=(seeds[i],)))
+        _assert_same(batched[2 * i : 2 * i + 2], alone)
+    order = [4, 1, 2, 0, 3]
+    shuffled = small.generate_ids(
+        [prompts[i] for i in order], replace(params, seeds=tuple(seeds[i] for i in order))
+    )
+    _assert_same([c for i in order for c in batched[2 * i : 2 * i + 2]], shuffled)
+    hf = HFPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=4)
+    _assert_same(batched, hf.generate_ids(prompts, replace(params, seeds=seeds)))
+    assert batched[0].token_ids != batched[1].token_ids  # the seeds do choose the draws
