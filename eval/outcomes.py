@@ -1,9 +1,9 @@
 """``OutcomeTable``: the success/failure of every (task, sample, T) cell of one evaluation run.
 
 Everything in the statistics half of the evaluator (estimator, bootstrap, comparisons, tables,
-plots) reads this one structure. The result store converts its JSONL files into it with
-:meth:`OutcomeTable.from_records`; :meth:`OutcomeTable.to_dict` / :meth:`OutcomeTable.from_dict`
-give a compact JSON form.
+plots) reads this one structure. :meth:`OutcomeTable.from_records` builds it from result records;
+the result store streams its JSONL lines into it with ``passkt.eval.outcome_stream``.
+:meth:`OutcomeTable.to_dict` / :meth:`OutcomeTable.from_dict` give a compact JSON form.
 
 Shapes: ``correct[task, sample, budget_index]`` is ``True`` when that sample, run with at most
 ``budgets[budget_index]`` tool calls, answered the task correctly.

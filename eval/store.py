@@ -28,8 +28,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from passkt.eval.manifest import (
     chunk_bounds,
     make_manifest,
 )
+from passkt.eval.outcome_stream import KeptRecords, NoRecords, OutcomeBuilder
 from passkt.eval.outcomes import OutcomeTable
 from passkt.eval.run_integrity import (
     DIGEST_KEY,
@@ -179,34 +180,87 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
     return manifest
 
 
-def _parse_lines(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], bool]:
-    """``[(end_offset, record), ...]`` of the complete lines, and whether a torn line followed."""
+def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """``(end_offset, record)`` per complete line, one at a time; ``record`` None: a torn end."""
     if not path.exists():
-        return [], False
-    data = path.read_bytes()
-    out: list[tuple[int, dict[str, Any]]] = []
-    start = 0
-    while start < len(data):
-        end = data.find(b"\n", start)
-        if end < 0:  # no newline: the process died while writing this line
-            return out, True
-        try:
-            record = json.loads(data[start:end])
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            if data.find(b"\n", end + 1) < 0 and not data[end + 1 :].strip():
-                return out, True  # garbage on the last line only: a torn write
+        return
+    with path.open("rb") as f:
+        end = 0
+        for number, raw in enumerate(f, 1):
+            end += len(raw)
+            if not raw.endswith(b"\n"):  # no newline: the process died while writing this line
+                yield end, None
+                return
+            try:
+                record = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                rest = f.read()
+                if b"\n" not in rest and not rest.strip():
+                    yield end, None  # garbage on the last line only: a torn write
+                    return
+                raise RunDirError(
+                    f"{path}: line {number} is not valid JSON ({e}); the file was edited "
+                    "or corrupted in the middle. Start a new run (another --out)."
+                ) from e
+            if not isinstance(record, dict):
+                raise RunDirError(
+                    f"{path}: line {number} is JSON but not an object ({type(record).__name__}); "
+                    "every line must be a record. The file was edited; start a new run "
+                    "(another --out)."
+                )
+            yield end, record
+
+
+def _scan(directory: Path, sink: Any) -> RunContents:
+    """Read the results line by line, handing each record of a finished chunk to ``sink``.
+
+    ``sink`` (``KeptRecords``, ``OutcomeBuilder``) takes a chunk's records as they are read and
+    rolls them back when the file ends before the chunk does: one line is held here at a time.
+    """
+    manifest = _read_manifest(directory)
+    results = directory / RESULTS_FILE
+    expected = _chunk_lines(manifest)
+    finished: list[int] = []
+    valid_bytes = count = in_chunk = 0
+    torn = False
+    first, point = {}, sink.mark()  # the chunk's first record, and where the chunk began
+    wrong: tuple[int, Any] | None = None
+    for end, record in _lines(results):
+        if record is None:
+            torn = True
+            break
+        count += 1
+        if count == 1:  # before the chunk sizes, which an edited n or budgets would change
+            check_digest(results, 1, record, manifest)
+        if len(finished) == len(expected):
+            continue  # lines beyond the manifest's chunks: refused below
+        chunk = len(finished)
+        if in_chunk == 0:
+            first, point = record, sink.mark()
+        if wrong is None and record.get("chunk") != chunk:
+            wrong = (count, record.get("chunk"))
+        sink.add(record)
+        in_chunk += 1
+        if in_chunk < expected[chunk]:
+            continue
+        if wrong is not None:  # an unfinished chunk is dropped, not judged
             raise RunDirError(
-                f"{path}: line {len(out) + 1} is not valid JSON ({e}); the file was edited "
-                "or corrupted in the middle. Start a new run (another --out)."
-            ) from e
-        if not isinstance(record, dict):
-            raise RunDirError(
-                f"{path}: line {len(out) + 1} is JSON but not an object ({type(record).__name__}); "
-                "every line must be a record. The file was edited; start a new run (another --out)."
+                f"{results}: line {wrong[0]} belongs to chunk {wrong[1]!r} but chunk {chunk} "
+                "was expected there; the file does not follow this manifest. Start a new run "
+                "(another --out)."
             )
-        out.append((end + 1, record))
-        start = end + 1
-    return out, False
+        check_digest(results, count - in_chunk + 1, first, manifest)
+        finished.append(chunk)
+        valid_bytes, in_chunk = end, 0
+    if in_chunk:
+        sink.rollback(point)
+    position = sum(expected[: len(finished)])
+    if count > position and len(finished) == len(expected):
+        raise RunDirError(
+            f"{results}: {count - position} line(s) beyond the {len(expected)} chunks of the "
+            "manifest; the file does not follow this manifest."
+        )
+    return RunContents(manifest, (), tuple(finished), valid_bytes, count - position, torn)
 
 
 def read_run(directory: str | Path) -> RunContents:
@@ -216,41 +270,9 @@ def read_run(directory: str | Path) -> RunContents:
         RunDirError: when the directory has no valid manifest, or a line in the middle of the
             results file is corrupt or out of chunk order.
     """
-    directory = Path(directory)
-    manifest = _read_manifest(directory)
-    results = directory / RESULTS_FILE
-    lines, torn = _parse_lines(results)
-    if lines:  # before the chunk sizes, which an edited n or budgets would change
-        check_digest(results, 1, lines[0][1], manifest)
-    expected = _chunk_lines(manifest)
-    records: list[dict[str, Any]] = []
-    finished: list[int] = []
-    valid_bytes = 0
-    position = 0
-    for chunk, size in enumerate(expected):
-        block = lines[position : position + size]
-        if len(block) < size:
-            break
-        wrong = [i for i, (_, r) in enumerate(block) if r.get("chunk") != chunk]
-        if wrong:
-            raise RunDirError(
-                f"{results}: line {position + wrong[0] + 1} belongs to chunk "
-                f"{block[wrong[0]][1].get('chunk')!r} but chunk {chunk} was expected there; the "
-                "file does not follow this manifest. Start a new run (another --out)."
-            )
-        check_digest(results, position + 1, block[0][1], manifest)
-        records.extend(r for _, r in block)
-        finished.append(chunk)
-        valid_bytes = block[-1][0]
-        position += size
-    if position < len(lines) and len(finished) == len(expected):
-        raise RunDirError(
-            f"{results}: {len(lines) - position} line(s) beyond the {len(expected)} chunks of the "
-            "manifest; the file does not follow this manifest."
-        )
-    return RunContents(
-        manifest, tuple(records), tuple(finished), valid_bytes, len(lines) - position, torn
-    )
+    records = KeptRecords()
+    contents = _scan(Path(directory), records)
+    return replace(contents, records=tuple(records))
 
 
 def load_run(
@@ -266,7 +288,8 @@ def load_run(
     Raises:
         RunDirError: for a missing or corrupt run, or an unfinished one without ``partial``.
     """
-    contents = read_run(directory)
+    builder = OutcomeBuilder()  # the records' fields only: a run's lines are never all held
+    contents = _scan(Path(directory), builder)
     manifest = contents.manifest
     total = int(manifest["num_chunks"])
     if not contents.complete and not partial:
@@ -275,7 +298,7 @@ def load_run(
             "chunks); finish it with `passkt eval --resume --out DIR` and the original arguments, "
             "or read the finished part (`passkt report --partial`, load_run(partial=True))"
         )
-    if not contents.records:
+    if not contents.finished_chunks:
         raise RunDirError(f"{directory}: no finished chunk yet; nothing to load")
     if contents.torn or contents.dropped_lines:
         logger.warning(
@@ -285,7 +308,7 @@ def load_run(
             ", torn last line" if contents.torn else "",
         )
     label = escape_surrogates(str(name or manifest.get("name", "run")))  # plots need valid text
-    table = OutcomeTable.from_records(contents.records, name=label)
+    table = builder.build(name=label)
     return manifest, table
 
 
@@ -417,7 +440,7 @@ class RunStore:
                 f"{directory} already holds a run; pass --resume to continue it "
                 "or choose another --out"
             )
-        contents = read_run(directory)
+        contents = _scan(directory, NoRecords())
         diffs = _differences(contents.manifest, manifest)
         if diffs:
             raise RunDirError(

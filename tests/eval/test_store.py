@@ -306,3 +306,50 @@ def test_resume_cuts_transcripts_of_a_chunk_whose_results_never_landed(tmp_path)
     transcripts = [json.loads(x) for x in (run / TRANSCRIPTS_FILE).read_text().splitlines()]
     assert [t["chunk"] for t in transcripts] == [0] * 8 + [1] * 8 + [2] * 4
     assert len(attach_transcripts(run, read_run(run).records)) == 20
+
+
+def _varied(chunk: int) -> list[dict]:
+    """``chunk_records`` with two categories, so the streamed table must keep them per task."""
+    return [
+        {**r, "category": ("bridge", "comparison")[int(r["task_id"][1:]) % 2]}
+        for r in chunk_records(chunk)
+    ]
+
+
+def test_streamed_table_equals_the_one_built_from_records(tmp_path):
+    from passkt.eval.outcomes import OutcomeTable
+
+    run = tmp_path / "run"
+    store = RunStore.open(run, manifest(), resume=False)
+    for chunk in range(3):
+        store.append_chunk(chunk, _varied(chunk))
+    store.close()
+    _, table = load_run(run)
+    assert table == OutcomeTable.from_records(read_run(run).records, name=table.name)
+    assert table.categories == ("bridge", "comparison") * 2 + ("bridge",)
+    assert table.budgets == tuple(BUDGETS) and table.n == N and table.num_tasks == len(TASKS)
+    assert table.correct.any() and not table.correct.all()
+    # a run written before the split (messages inline, no digest, no transcripts file)
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / MANIFEST_FILE).write_text((run / MANIFEST_FILE).read_text())
+    lines = [json.dumps({"chunk": c, **r}) + "\n" for c in range(3) for r in _varied(c)]
+    (old / RESULTS_FILE).write_text("".join(lines))
+    assert load_run(old)[1] == table
+    # unfinished: chunk 2 cut short by a torn line; both paths keep chunks 0 and 1 only
+    (old / RESULTS_FILE).write_text("".join(lines[:-3]) + lines[-3][:10])
+    partial = load_run(old, partial=True)[1]
+    assert partial == OutcomeTable.from_records(read_run(old).records, name=table.name)
+    assert partial.task_ids == tuple(TASKS[:4]) and partial == table.select(TASKS[:4])
+
+
+def test_streamed_table_refuses_what_records_refuse(tmp_path):
+    run = tmp_path / "run"
+    write_run(run, chunks=(0,))
+    store = RunStore.open(run, manifest(), resume=True)
+    bad = chunk_records(1)
+    bad[3] = {**bad[3], "correct": 0.5}  # a score, not an outcome
+    store.append_chunk(1, bad)
+    store.close()
+    with pytest.raises(ValueError, match="record 11: 'correct' must be a bool"):
+        load_run(run, partial=True)
