@@ -59,9 +59,9 @@ def run_one(args: argparse.Namespace) -> dict:
             output_dir=str(Path(tmp) / "run"),
             progress=False,
         )
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         train_grpo(config)
-        wall = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
         metrics = read_metrics(Path(tmp) / "run")
     _, python_peak = tracemalloc.get_traced_memory()
     steps = len(metrics)
@@ -72,6 +72,7 @@ def run_one(args: argparse.Namespace) -> dict:
         "finetune": args.one,
         "steps": steps,
         "wall_s": wall,
+        "cpu_s": cpu,
         "rollout_s_per_step": rollout_s,
         "update_s_per_step": update_s,
         "generated_tokens": tokens,
@@ -125,13 +126,15 @@ def main() -> None:
         f"micro-batch {args.micro_batch_size}"
     )
     print(
-        "| finetune | s/step rollout | s/step update | tokens/s (rollout) | policy tokens/episode "
-        "| RSS after start (MB) | peak RSS (MB) | Python peak (MB) |"
+        "| finetune | s/step rollout | s/step update | CPU s/step (whole run) | CPU vs first mode "
+        "| tokens/s (rollout) | policy tokens/episode | RSS after start (MB) | peak RSS (MB) "
+        "| Python peak (MB) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['finetune']} | {r['rollout_s_per_step']:.1f} | {r['update_s_per_step']:.1f} "
+            f"| {r['cpu_s'] / r['steps']:.1f} | {r['cpu_s'] / rows[0]['cpu_s']:.2f}x "
             f"| {r['tokens_per_s']:.0f} | {r['policy_tokens_per_episode']:.0f} "
             f"| {r['rss_start_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['python_peak_mb']:.0f} |"
         )

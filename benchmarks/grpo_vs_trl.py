@@ -11,13 +11,13 @@ Both trainers start from the same checkpoint: the tiny test model (``passkt.agen
 7). Both then run the same number of GRPO steps with the same hyper-parameters (4 prompts x G = 8
 samples per step, learning rate, clip 0.2, no KL, std-scaled group advantages, token-mean loss
 (TRL's ``loss_type="dapo"``), constant schedule, grad-norm clip 1.0, temperature 1, at most
-``--max-new-tokens`` tokens) and the same reward (the env's grader). Printed: end-to-end wall time
-(load, train, save), seconds per step inside the training loop (ours: rollout + update; TRL: its
-``step_time``), samples and completion tokens per second of the loop, the mean training reward of
-the first and last steps, and the reward of each final model in one separate, shared evaluation
-(sampled, temperature 1).
+``--max-new-tokens`` tokens) and the same reward (the env's grader). Printed: end-to-end wall and
+CPU time (load, train, save) with each trainer's ratio to ours in the same run, seconds per step
+inside the training loop (ours: rollout + update; TRL: its ``step_time``), samples and completion
+tokens per second of the loop, the mean training reward of the first and last steps, and the
+reward of each final model in one separate, shared evaluation (sampled, temperature 1).
 ``--tasks synthetic`` uses the project's own Math-v0 word problems instead (the tiny model cannot
-solve them: a speed comparison only).
+solve them: a speed comparison only); they need ``--max-new-tokens 64``.
 
 TRL generates with ``model.generate`` (no stop strings), so its completions run to EOS or the
 token limit; ours stop at ``</answer>``: compare samples per second as well as tokens per second.
@@ -162,12 +162,13 @@ def run_ours(start: Path, env_kwargs: dict, task_ids: list[str], args, work: Pat
         output_dir=str(work / "ours"),
         progress=False,
     )
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     result = train_grpo(config)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     metrics = read_metrics(work / "ours")
     return {
         "wall": wall,
+        "cpu": cpu,
         "loop": sum(m["time/rollout_s"] + m["time/update_s"] for m in metrics),
         "tokens": sum(m["tokens/generated"] for m in metrics),
         "first": metrics[0]["reward/mean"],
@@ -225,7 +226,7 @@ def run_trl(start: Path, env_kwargs: dict, task_ids: list[str], args, work: Path
         seed=0,
         disable_tqdm=True,
     )
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     trainer = GRPOTrainer(
         model=str(start),
         reward_funcs=env_reward,
@@ -237,11 +238,12 @@ def run_trl(start: Path, env_kwargs: dict, task_ids: list[str], args, work: Path
     out = work / "trl-final"
     trainer.save_model(str(out))
     trainer.processing_class.save_pretrained(str(out))
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     logs = [log for log in trainer.state.log_history if "reward" in log]
     rewards = [log["reward"] for log in logs]
     return {
         "wall": wall,
+        "cpu": cpu,
         "loop": sum(log["step_time"] for log in logs),
         "tokens": counted["tokens"],
         "first": rewards[0],
@@ -288,16 +290,19 @@ def main() -> None:
             f"threads={args.threads} torch={torch.__version__} reward before={before:.3f}"
         )
         print(
-            "| trainer | wall s (load+train+save) | s/step in loop | samples/s | completion tokens "
-            "| tokens/s | train reward first -> last | eval reward after |"
+            "| trainer | wall s (load+train+save) | CPU s (load+train+save) | CPU vs passkt "
+            "| wall vs passkt | s/step in loop | samples/s | completion tokens | tokens/s "
+            "| train reward first -> last | eval reward after |"
         )
-        print("|---|---:|---:|---:|---:|---:|---|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+        ours = results["passkt"]
         for name, r in results.items():
             after = evaluate(
                 r["checkpoint"], env_kwargs, task_ids, args.eval_n, args.max_new_tokens
             )
             print(
-                f"| {name} | {r['wall']:.1f} | {r['loop'] / args.steps:.2f} "
+                f"| {name} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['cpu'] / ours['cpu']:.2f}x "
+                f"| {r['wall'] / ours['wall']:.2f}x | {r['loop'] / args.steps:.2f} "
                 f"| {samples / r['loop']:.0f} | {int(r['tokens']):,} "
                 f"| {r['tokens'] / r['loop']:.0f} "
                 f"| {r['first']:.3f} -> {r['last']:.3f} | {after:.3f} |"

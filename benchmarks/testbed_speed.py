@@ -2,9 +2,10 @@
 
 Three measurements on one checkpoint (a pretrained testbed base, ``passkt testbed pretrain``):
 
-1. ``generate_ids`` throughput of ``HFPolicy`` and ``LeanPolicy`` on synthetic prompts: prefill
-   tokens/s and decoding tokens/s at several batch sizes and prompt lengths, with no stop strings
-   and no end-of-sequence token (every row decodes ``--new-tokens`` tokens).
+1. Whole calls side by side on the same synthetic prompts: ``model.generate``, ``HFPolicy`` and
+   ``LeanPolicy`` (greedy, no stop strings, no end-of-sequence token: every row decodes
+   ``--new-tokens`` tokens), CPU and wall seconds, ratios to ``generate`` measured in the same run,
+   and whether the ids agree.
 2. One evaluation chunk per category as the evaluator runs it (``--tasks`` tasks x n = 64,
    T in 0,1,2,3,5 with prefix sharing; math at T = 0): generated and prefilled tokens per sample
    and seconds per sample, for ``LeanPolicy`` (and ``HFPolicy`` on a smaller chunk), then scaled
@@ -71,37 +72,65 @@ def _no_eos(policy: HFPolicy) -> HFPolicy:
     return policy
 
 
-def _timed(policy: HFPolicy, prompts: list[list[int]], params: SamplingParams) -> float:
-    started = time.perf_counter()
-    policy.generate_ids(prompts, params)
-    return time.perf_counter() - started
+def _generate(model, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+    """Greedy ``model.generate`` on equal-length prompts (no padding), ``new_tokens`` per row."""
+    ids = torch.tensor(prompts)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=False,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+    return out[:, ids.shape[1] :].tolist()
+
+
+def _policy_ids(policy: HFPolicy, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+    params = SamplingParams(temperature=0.0, max_new_tokens=new_tokens, stop=(), seed=0)
+    return [list(c.token_ids) for c in policy.generate_ids(prompts, params)]
 
 
 def generate_ids_table(model_dir: Path, new_tokens: int, quick: bool) -> list[str]:
-    """Part 1: prefill and decoding tokens/s of both policies."""
+    """Part 1: whole calls side by side on the same prompts: ``model.generate``, ``HFPolicy``,
+    ``LeanPolicy`` (greedy, ``new_tokens`` per row, prefill included). CPU seconds are this
+    process's, so other jobs on the machine change the wall column but not the CPU ratios."""
     rows = [
-        "| policy | batch | prompt tokens | prefill tok/s | decode tok/s |",
-        "|---|---:|---:|---:|---:|",
+        "| batch | prompt tokens | method | CPU s | wall s | new tok/CPU-s | CPU vs generate "
+        "| wall vs generate | ids |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---|",
     ]
-    settings = [(64, 300), (256, 300), (256, 800)] if quick else [
-        (64, 300), (256, 300), (512, 300), (64, 800), (256, 800), (512, 800)
+    settings = [(1, 300), (64, 300), (256, 300), (256, 800)] if quick else [
+        (1, 300), (8, 300), (64, 300), (256, 300), (512, 300), (64, 800), (256, 800), (512, 800)
     ]  # fmt: skip
+    hf = _no_eos(HFPolicy(model_dir, batch_size=512))
+    lean = _no_eos(LeanPolicy(hf.model, hf.tokenizer, batch_size=512))
+    methods = {
+        "generate": lambda ps: _generate(hf.model, ps, new_tokens),
+        "HFPolicy": lambda ps: _policy_ids(hf, ps, new_tokens),
+        "LeanPolicy": lambda ps: _policy_ids(lean, ps, new_tokens),
+    }
     generator = torch.Generator().manual_seed(0)
-    for name, cls in (("HFPolicy", HFPolicy), ("LeanPolicy", LeanPolicy)):
-        for batch, length in settings:
-            if cls is HFPolicy and batch * length > 256 * 800:
-                continue  # minutes per call
-            policy = _no_eos(cls(model_dir, batch_size=batch))
-            vocab = len(policy.tokenizer)
-            prompts = torch.randint(20, vocab, (batch, length), generator=generator).tolist()
-            prefill = _timed(policy, prompts, SamplingParams(max_new_tokens=1, stop=(), seed=0))
-            policy = _no_eos(cls(model_dir, batch_size=batch))  # a fresh prefix cache
-            total = _timed(
-                policy, prompts, SamplingParams(max_new_tokens=new_tokens, stop=(), seed=0)
-            )
-            decode = batch * (new_tokens - 1) / max(total - prefill, 1e-9)
+    vocab = len(hf.tokenizer)
+    with torch.inference_mode():  # one-off costs (lean's fused weights, lazy inits) go first
+        for method in methods.values():
+            method([[20, 21, 22]])
+    for batch, length in settings:
+        prompts = torch.randint(20, vocab, (batch, length), generator=generator).tolist()
+        results: dict[str, tuple[list[list[int]], float, float]] = {}
+        for name, method in methods.items():
+            lean._store = None  # no prefix reuse from an earlier call: each call starts cold
+            wall, cpu = time.perf_counter(), time.process_time()
+            with torch.inference_mode():
+                ids = method(prompts)
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            results[name] = (ids, cpu, wall)
+            ref = results["generate"]
             rows.append(
-                f"| {name} | {batch} | {length} | {batch * length / prefill:,.0f} | {decode:,.0f} |"
+                f"| {batch} | {length} | {name} | {cpu:.2f} | {wall:.2f} | "
+                f"{sum(map(len, ids)) / cpu:,.0f} | {ref[1] / cpu:.2f}x | {ref[2] / wall:.2f}x | "
+                f"{'same' if ids == ref[0] else 'differ'} |"
             )
             print(rows[-1], flush=True)
     return rows
