@@ -196,6 +196,11 @@ class _MappedParagraphs(Sequence[Paragraph]):
     def __len__(self) -> int:
         return self._size
 
+    def title(self, index: int) -> str:
+        """The title of paragraph ``index`` alone (its text is not read)."""
+        t0, t1 = self._offsets[index, 0], self._offsets[index + 1, 0]
+        return self._titles[int(t0) : int(t1)].decode("utf-8", "replace")
+
     def __getitem__(self, index: Any) -> Any:  # int -> Paragraph, slice -> list[Paragraph]
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(self._size))]
@@ -246,7 +251,7 @@ class Corpus:
         self.path = path
         self._vocab: dict[str, int] = index.vocab_dict
         self._indptr: np.ndarray = index.scores["indptr"]
-        self._by_title: dict[str, tuple[int, ...]] | None = None
+        self._postings: np.ndarray = index.scores["indices"]  # document ids, word by word
 
     # --- construction ---------------------------------------------------------------------------
 
@@ -476,13 +481,28 @@ class Corpus:
         return tuple(i for i in self._titled(title) if self._paragraphs[i].title == title)
 
     def _titled(self, text: str) -> tuple[int, ...]:
-        """Positions of the paragraphs whose ``title_key`` is ``text``'s (built on first use)."""
-        if self._by_title is None:
-            by_title: dict[str, list[int]] = {}
-            for i, paragraph in enumerate(self._paragraphs):
-                by_title.setdefault(title_key(paragraph.title), []).append(i)
-            self._by_title = {t: tuple(ids) for t, ids in by_title.items()}
-        return self._by_title.get(title_key(text), ())
+        """Positions of the paragraphs whose ``title_key`` is ``text``'s.
+
+        A paragraph's title words are in its index entry, so only the documents that hold the
+        query's rarest word can match: their titles are compared, read from the postings of that
+        word (a few per query), instead of a title table of the whole corpus built on first use
+        (a second of CPU and a dict of every title at a million documents). A word missing from
+        the vocabulary means no title has it.
+        """
+        key = title_key(text)
+        words = key.split()
+        if not words or any(w not in self._vocab for w in words):
+            return ()
+        indptr = self._indptr
+        rarest = min((self._vocab[w] for w in words), key=lambda t: indptr[t + 1] - indptr[t])
+        docs = self._postings[int(indptr[rarest]) : int(indptr[rarest + 1])]
+        titles = getattr(self._paragraphs, "title", None)
+        found = []
+        for i in np.sort(docs):
+            title = titles(int(i)) if titles else self._paragraphs[int(i)].title
+            if title_key(title) == key:
+                found.append(int(i))
+        return tuple(found)
 
     def search(self, query: str, k: int, *, fill: bool = False) -> list[Hit]:
         """The top ``k`` paragraphs: an exact title match first, then bm25s' positive scores.

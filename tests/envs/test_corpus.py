@@ -150,6 +150,9 @@ def test_save_and_load_memory_mapped(tmp_path) -> None:
     for paragraph in corpus.paragraphs[::97]:
         query = f"{paragraph.title} film"
         assert loaded.search(query, k=5) == corpus.search(query, k=5) != []
+        # a title search finds its paragraph first, read from the mapped titles
+        hits = loaded.search(paragraph.title.upper(), k=3)
+        assert hits[0].title == paragraph.title and hits == corpus.search(paragraph.title, k=3)
     assert pickle.loads(pickle.dumps(loaded)) is open_corpus(folder)  # travels as its path
     with pytest.raises(FileExistsError, match="already holds a corpus; pass overwrite=True"):
         corpus.save(folder)
