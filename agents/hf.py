@@ -11,13 +11,17 @@ leak in. For greedy decoding the loop gives the same tokens as ``model.generate(
 Layout of a call: every prompt is repeated ``n`` times (conversation-major), the rows are cut into
 chunks of at most ``batch_size``, each chunk is left-padded, prefilled once per distinct prompt
 (the cache is then repeated ``n`` times) and decoded step by step; finished rows are dropped from
-the batch and the cache as they finish. A call samples from one generator seeded with
+the batch and the cache as they finish. The cache's full-attention layers write each step into
+room reserved for the whole turn (``_reserved_layer_type``) instead of concatenating, which is
+what ``DynamicCache`` (and so ``model.generate``) does: the same values in the same shapes, without
+copying every row's cache once per new token. A call samples from one generator seeded with
 ``params.seed``, or, given ``params.seeds``, each row from its own (``passkt.agents.row_seeds``),
 which stays with its row as others are dropped, so a row's draws do not depend on its batch.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import Callable, Sequence
@@ -343,16 +347,29 @@ class HFPolicy:
         )
         return out.logits[:, -1, :].float()
 
-    def _new_cache(self) -> Any:
+    def _new_cache(self, room: int = 0) -> Any:
+        """A ``DynamicCache`` whose full-attention layers reserve ``room`` tokens ahead."""
         from transformers import DynamicCache
 
         try:
-            return DynamicCache(config=self.model.config)
+            cache = DynamicCache(config=self.model.config)
         except TypeError:  # transformers < 4.56
             return DynamicCache()
+        reserved = _reserved_layer_type()
+        layers = getattr(cache, "layers", None)
+        if reserved is not None and isinstance(layers, list) and room > 0:
+            from transformers.cache_utils import DynamicLayer
 
-    def _prefill(self, prompts: list[list[int]], n: int) -> tuple[Any, Any, Any, Any]:
-        """Left-pad and run the prompts once; repeat everything ``n`` times (row-major)."""
+            for i, layer in enumerate(layers):
+                if type(layer) is DynamicLayer:  # full attention; sliding layers stay as they are
+                    layers[i] = reserved(room)
+        return cache
+
+    def _prefill(
+        self, prompts: list[list[int]], n: int, room: int = 0
+    ) -> tuple[Any, Any, Any, Any]:
+        """Left-pad and run the prompts once; repeat everything ``n`` times (row-major). The cache
+        keeps ``room`` tokens free after the prompts for the tokens to come."""
         torch = self._torch
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
@@ -362,7 +379,7 @@ class HFPolicy:
             mask[i, width - len(prompt) :] = 1
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)  # (P, L)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (P, L)
-        cache = self._new_cache()
+        cache = self._new_cache(room)
         logits = self._forward(input_ids, mask, positions, cache)  # (P, V)
         if n > 1:
             cache.batch_repeat_interleave(n)
@@ -376,7 +393,7 @@ class HFPolicy:
     ) -> list[_Row]:
         """Decode ``len(prompts) * n`` rows until each stops or hits ``max_new_tokens``."""
         torch = self._torch
-        logits, mask, next_pos, cache = self._prefill(prompts, params.n)
+        logits, mask, next_pos, cache = self._prefill(prompts, params.n, params.max_new_tokens)
         rows = [_Row([], []) for _ in range(len(prompts) * params.n)]
         live = list(range(len(rows)))  # batch position -> index in rows
         for step in range(params.max_new_tokens):
@@ -413,6 +430,80 @@ class HFPolicy:
         if completed_stop(self.decode, row.ids, stops) is not None:
             return "stop"
         return None
+
+
+@functools.cache
+def _reserved_layer_type() -> type | None:
+    """A ``DynamicLayer`` that writes new keys and values into preallocated room.
+
+    ``DynamicLayer.update`` concatenates, copying the whole cache of every row for each new token
+    (at batch 64 with 1,500-token prompts, gigabytes per step). This layer keeps the cache in a
+    buffer with ``room`` free tokens, writes each update into it, and hands attention the filled
+    part as a view: the same values in the same shapes. None if transformers has no
+    ``DynamicLayer`` (then the plain cache is used).
+    """
+    try:
+        from transformers.cache_utils import DynamicLayer
+    except ImportError:
+        return None
+
+    class ReservedLayer(DynamicLayer):
+        def __init__(self, room: int) -> None:
+            super().__init__()
+            self.room = room
+            self._keys: Any = None  # (B, H, capacity, D); self.keys is its first `_length`
+            self._values: Any = None
+            self._length = 0
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            end = self._length + key_states.shape[-2]
+            if self._keys is None or end > self._keys.shape[-2]:
+                self._keys = self._grown(self._keys, key_states, end)
+                self._values = self._grown(self._values, value_states, end)
+            self._keys[..., self._length : end, :] = key_states
+            self._values[..., self._length : end, :] = value_states
+            self._length = end
+            self._view()
+            return self.keys, self.values
+
+        def _grown(self, buffer: Any, states: Any, end: int) -> Any:
+            """A buffer with room for ``end + room`` tokens holding what ``buffer`` held."""
+            shape = (*states.shape[:-2], end + self.room, states.shape[-1])
+            grown = states.new_empty(shape)
+            if buffer is not None and self._length:
+                grown[..., : self._length, :] = buffer[..., : self._length, :]
+            return grown
+
+        def _view(self) -> None:
+            self.keys = self._keys[..., : self._length, :]
+            self.values = self._values[..., : self._length, :]
+
+        def reset(self) -> None:
+            self._keys = self._values = None
+            self._length = 0
+            super().reset()
+
+        def crop(self, tokens_to_remove: int) -> None:
+            super().crop(tokens_to_remove)
+            if self._keys is not None and tokens_to_remove < 0:
+                self._length = max(0, self._length + tokens_to_remove)
+                self._view()
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            if self._length:
+                self._keys = self._keys.repeat_interleave(repeats, dim=0)
+                self._values = self._values.repeat_interleave(repeats, dim=0)
+                self._view()
+
+        def batch_select_indices(self, indices: Any) -> None:
+            if self._length:
+                self._keys = self._keys[indices, ...]
+                self._values = self._values[indices, ...]
+                self._view()
+
+    return ReservedLayer
 
 
 # --------------------------------------------------------------------------- loading

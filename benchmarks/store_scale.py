@@ -1,7 +1,8 @@
 """Evaluation at scale with a scripted policy: episodes per CPU-second, bytes and peak memory.
 
-For each size, one ``passkt eval`` job (``scripted:oracle`` on synthetic BridgeQA, 100 test tasks,
-T in 0,1,2,3,5, n = size / 500) runs in its own process, then ``passkt report`` on the run it
+For each size, one ``passkt eval`` job (``scripted:oracle`` on synthetic BridgeQA, T in 0,1,2,3,5,
+up to 1,000 test tasks and n = size / (5 x tasks): a larger run is more samples of the same
+problems, and a rollout batch holds at most ``ceil(256 / n)`` tasks) runs in its own process, then ``passkt report`` on the run it
 wrote, and ``passkt report`` again on the same run rewritten in the layout of before issue 18
 (each result line carrying its transcript), all in this one invocation. Each process reports
 its CPU seconds and peak resident memory (GNU ``/usr/bin/time``).
@@ -22,7 +23,7 @@ from pathlib import Path
 from passkt.eval.store import MANIFEST_FILE, RESULTS_FILE
 from passkt.eval.transcripts import TRANSCRIPTS_FILE
 
-TASKS = 100
+TASKS = 1000
 BUDGETS = (0, 1, 2, 3, 5)
 
 
@@ -75,14 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
     for episodes in (int(e) for e in args.episodes.split(",")):
-        n = max(1, episodes // (TASKS * len(BUDGETS)))
+        tasks = min(TASKS, max(1, episodes // len(BUDGETS)))
+        n = max(1, episodes // (tasks * len(BUDGETS)))
         run = root / f"run-{episodes}"
-        grid = ["--n", str(n), "--limit", str(TASKS), "--budgets", ",".join(map(str, BUDGETS))]
+        grid = ["--n", str(n), "--limit", str(tasks), "--budgets", ",".join(map(str, BUDGETS))]
         quiet = ["--no-progress", "--no-report", "--out", str(run)]
         eval_cpu, eval_peak = _measured(
             [*passkt, "eval", "--policy", "scripted:oracle", *grid, *quiet]
         )
-        total = TASKS * n * len(BUDGETS)
+        total = tasks * n * len(BUDGETS)
         sizes = [(run / name).stat().st_size for name in (RESULTS_FILE, TRANSCRIPTS_FILE)]
         report_cpu, report_peak = _measured([*passkt, "report", str(run), "--n-boot", "200"])
         old_peak = float("nan")
@@ -118,7 +120,7 @@ def _plot(rows: list[tuple[float, ...]], path: str) -> None:
     right.plot(episodes, eval_peak, "o-", label="eval")
     right.plot(episodes, report_peak, "s-", label="report")
     right.plot(episodes, old_peak, "^--", label="report, layout before")
-    right.set(xscale="log", yscale="log", xlabel="episodes", ylabel="peak RSS (MB)")
+    right.set(xscale="log", xlabel="episodes", ylabel="peak RSS (MB)", ylim=(0, None))
     right.legend()
     fig.suptitle("passkt eval, scripted:oracle, synthetic BridgeQA (one thread)")
     fig.tight_layout()

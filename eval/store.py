@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -211,13 +211,15 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
             yield end, record
 
 
-def _scan(directory: Path, sink: Any) -> RunContents:
-    """Read the results line by line, handing each record of a finished chunk to ``sink``.
+def _scan(directory: Path, make_sink: Callable[[dict[str, Any]], Any]) -> RunContents:
+    """Read the results line by line, handing each record of a finished chunk to a sink.
 
-    ``sink`` (``KeptRecords``, ``OutcomeBuilder``) takes a chunk's records as they are read and
-    rolls them back when the file ends before the chunk does: one line is held here at a time.
+    ``make_sink(manifest)`` makes the sink (``KeptRecords``, ``OutcomeBuilder``), which takes a
+    chunk's records as they are read and rolls them back when the file ends before the chunk
+    does: one line is held here at a time.
     """
     manifest = _read_manifest(directory)
+    sink = make_sink(manifest)
     results = directory / RESULTS_FILE
     expected = _chunk_lines(manifest)
     finished: list[int] = []
@@ -271,7 +273,7 @@ def read_run(directory: str | Path) -> RunContents:
             results file is corrupt or out of chunk order.
     """
     records = KeptRecords()
-    contents = _scan(Path(directory), records)
+    contents = _scan(Path(directory), lambda manifest: records)
     return replace(contents, records=tuple(records))
 
 
@@ -288,8 +290,15 @@ def load_run(
     Raises:
         RunDirError: for a missing or corrupt run, or an unfinished one without ``partial``.
     """
-    builder = OutcomeBuilder()  # the records' fields only: a run's lines are never all held
-    contents = _scan(Path(directory), builder)
+    builder = OutcomeBuilder()
+
+    def in_grid(manifest: dict[str, Any]) -> OutcomeBuilder:
+        # the records' outcomes only, in the manifest's grid: a run's lines are never all held
+        nonlocal builder
+        builder = OutcomeBuilder(int(manifest["n"]), manifest["budgets"])
+        return builder
+
+    contents = _scan(Path(directory), in_grid)
     manifest = contents.manifest
     total = int(manifest["num_chunks"])
     if not contents.complete and not partial:
@@ -440,7 +449,7 @@ class RunStore:
                 f"{directory} already holds a run; pass --resume to continue it "
                 "or choose another --out"
             )
-        contents = _scan(directory, NoRecords())
+        contents = _scan(directory, lambda manifest: NoRecords())
         diffs = _differences(contents.manifest, manifest)
         if diffs:
             raise RunDirError(

@@ -117,6 +117,44 @@ def test_greedy_matches_model_generate_token_for_token(tiny_policy, conversation
             assert row[len(ids)] in tiny_policy.eos_token_ids
 
 
+def test_reserved_cache_writes_in_place_and_equals_the_dynamic_cache(tiny_policy, conversations):
+    """The decoding cache allocates once per turn (no concatenation per token) and gives the
+    logits a plain ``DynamicCache`` gives, through prefill, repeats, dropped rows and steps."""
+    from transformers import DynamicCache
+
+    from passkt.agents.hf import _reserved_layer_type
+
+    prompts = [tiny_policy.encode_chat(c) for c in conversations]
+    room = 6
+    ours = tiny_policy._new_cache(room)
+    layers = ours.layers
+    assert layers and all(type(layer) is _reserved_layer_type() for layer in layers)
+    plain = DynamicCache(config=tiny_policy.model.config)
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        a = tiny_policy._forward(ids, mask, positions, ours)
+        b = tiny_policy._forward(ids, mask, positions, plain)
+        assert torch.equal(a, b)
+        for cache in (ours, plain):
+            cache.batch_repeat_interleave(2)
+            cache.batch_select_indices(torch.tensor([0, 2, 3, 5]))
+        mask = mask.repeat_interleave(2, dim=0)[[0, 2, 3, 5]]
+        next_pos = positions.repeat_interleave(2, dim=0)[[0, 2, 3, 5], -1] + 1
+        buffers = [layer._keys.data_ptr() for layer in layers]
+        tokens = a.repeat_interleave(2, dim=0)[[0, 2, 3, 5]].argmax(-1)
+        for _ in range(room):
+            mask = torch.cat([mask, mask.new_ones((4, 1))], dim=-1)
+            a = tiny_policy._forward(tokens[:, None], mask, next_pos[:, None], ours)
+            b = tiny_policy._forward(tokens[:, None], mask, next_pos[:, None], plain)
+            assert torch.equal(a, b)
+            tokens, next_pos = a.argmax(-1), next_pos + 1
+    assert [layer._keys.data_ptr() for layer in layers] == buffers  # written in place
+    assert ours.get_seq_length() == plain.get_seq_length() == width + room
+
+
 def test_greedy_logprobs_are_under_the_unscaled_distribution(tiny_policy, conversations):
     prompt = tiny_policy.encode_chat(conversations[1])
     completion = tiny_policy.generate_ids([prompt], NO_STOP)[0]

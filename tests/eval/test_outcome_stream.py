@@ -19,21 +19,27 @@ def grid(tasks=("a", "b", "c"), samples=(0, 1), budgets=(0, 3)):
     ]
 
 
-def built(records):
-    builder = OutcomeBuilder()
+GRIDS = [(0, ()), (2, (0, 3)), (1, (3, 7))]
+"""Builders told no grid (every cell in the dict), the records' grid, and a grid that only
+partly fits (cells in both the flat arrays and the dict)."""
+
+
+def built(records, grid=(0, ())):
+    builder = OutcomeBuilder(*grid)
     for record in records:
         builder.add(record)
     return builder.build(name="r")
 
 
-def test_same_table_in_any_record_order_and_after_a_rollback():
+@pytest.mark.parametrize("shape", GRIDS)
+def test_same_table_in_any_record_order_and_after_a_rollback(shape):
     records = grid()
     shuffled = records[::-1][3:] + records[::-1][:3]
     for rs in (records, shuffled):
-        assert built(rs) == OutcomeTable.from_records(rs, name="r")
+        assert built(rs, shape) == OutcomeTable.from_records(rs, name="r")
     # records (and a new task, and a bad one) added after a mark are forgotten on rollback
     junk = [{"task_id": "z", "sample": 9, "budget": 9, "correct": 1}, {"task_id": "a"}]
-    builder = OutcomeBuilder()
+    builder = OutcomeBuilder(*shape)
     for r in records:
         builder.add(r)
     point = builder.mark()
@@ -61,9 +67,72 @@ def _cases():
     yield "empty", []
 
 
+@pytest.mark.parametrize("shape", GRIDS)
 @pytest.mark.parametrize(("label", "records"), list(_cases()))
-def test_refuses_with_the_message_of_from_records(label, records):
+def test_refuses_with_the_message_of_from_records(label, records, shape):
     with pytest.raises(ValueError) as expected:
         OutcomeTable.from_records(records, name="r")
     with pytest.raises(ValueError, match=re.escape(str(expected.value))):
-        built(records)
+        built(records, shape)
+
+
+@pytest.mark.parametrize("shape", GRIDS)
+def test_rollback_forgets_new_budgets_samples_and_categories_of_the_last_chunk(shape):
+    records = grid()
+    builder = OutcomeBuilder(*shape)
+    builder.mark()
+    for r in records:
+        builder.add(r)
+    point = builder.mark()
+    # a short chunk that widens the grid (new T, new sample, a new task) and labels a task
+    for r in (
+        {"task_id": "a", "sample": 7, "budget": 9, "correct": 1, "category": "a"},
+        {"task_id": "new", "sample": -3, "budget": 0, "correct": 0, "category": "zzz"},
+        {"task_id": "b", "sample": 10**9, "budget": 3, "correct": 1, "category": "b"},
+    ):
+        builder.add(r)
+    builder.rollback(point)
+    assert builder.build(name="r") == OutcomeTable.from_records(records, name="r")
+
+
+@pytest.mark.parametrize("shape", [(0, ()), (6, (0, 3))])
+def test_sample_indices_off_the_grid_build_the_same_table(shape):
+    records = grid(samples=(-2, 0, 5, 10**9))
+    assert built(records, shape) == OutcomeTable.from_records(records, name="r")
+    dup = [*records, dict(records[-1])]
+    with pytest.raises(ValueError) as expected:
+        OutcomeTable.from_records(dup, name="r")
+    with pytest.raises(ValueError, match=re.escape(str(expected.value))):
+        built(dup, shape)
+
+
+def _peak_bytes(n, tasks, budgets=(0, 1, 2, 3, 5)):
+    """Peak traced memory of reading and building a tasks x n x budgets run."""
+    import tracemalloc
+
+    record = {"task_id": "", "sample": 0, "budget": 0, "correct": True, "category": "bridge"}
+    tracemalloc.start()
+    builder = OutcomeBuilder(n, budgets)
+    for t in range(tasks):
+        record["task_id"] = f"task-{t:05d}"
+        for s in range(n):
+            record["sample"] = s
+            for b in budgets:
+                record["budget"], record["correct"] = b, (t + s + b) % 3 == 0
+                builder.add(record)
+    table = builder.build(name="big")
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert table.correct.shape == (tasks, n, len(budgets))
+    assert table.correct.sum() == sum(
+        (t + s + b) % 3 == 0 for t in range(tasks) for s in range(n) for b in budgets
+    )
+    return peak
+
+
+def test_an_episode_costs_a_few_bytes_while_reading_and_building():
+    """Told the grid, each further episode (same tasks, larger n) adds about 5 bytes to the
+    builder's peak, reading and building (the column arrays of before added about 115)."""
+    small, large = _peak_bytes(16, 600), _peak_bytes(64, 600)
+    per_episode = (large - small) / (600 * (64 - 16) * 5)
+    assert per_episode < 12, f"{per_episode:.1f} bytes per episode"
