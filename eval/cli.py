@@ -514,10 +514,28 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+_VALUED_OPTIONS = ("--threads",)
+"""The top-level options that take a value: what follows them is not the command."""
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand word of ``argv``: the first one that is neither an option nor the value of
+    a top-level option (``passkt --threads 1 testbed pretrain`` -> ``testbed``)."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _VALUED_OPTIONS:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``passkt`` console script; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = next((a for a in argv if not a.startswith("-")), None)
+    command = _command(argv)
     if command in _PLUGINS and _load_plugin(command) is None:
         _fail(f"`passkt {command}` is not available in this install ({_PLUGINS[command][0]})")
     parser = build_parser(plugin=command if command in _PLUGINS else None)

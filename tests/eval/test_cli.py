@@ -255,6 +255,17 @@ def test_plugin_commands(capsys, command, module):
         assert code == 2 and f"`passkt {command}` is not available" in err
 
 
+@pytest.mark.parametrize("threads", [["--threads", "1"], ["--threads=1"], ["-v", "--threads", "2"]])
+def test_top_level_options_before_a_plugin_command(capsys, threads):
+    """The README's `passkt --threads N COMMAND ...` form loads the plugin the command names,
+    not whatever word follows the first option."""
+    code, out, err = run_cli(
+        capsys, *threads, "testbed", "pretrain", "--size", "micro", "--print-config"
+    )
+    assert code == 0, err
+    assert json.loads(out)["size"] == "micro"
+
+
 def test_console_script_error_has_no_traceback():
     result = subprocess.run(
         [sys.executable, "-m", "passkt.eval.cli", "eval", "--env", "BridgQA-v0"],
