@@ -222,7 +222,7 @@ class OutcomeBuilder:
             )
         cats = None
         if any(code >= 0 for code in self._task_category):
-            unlabeled = [t for t, code in zip(tasks, self._task_category) if code < 0]
+            unlabeled = [t for t, c in zip(tasks, self._task_category, strict=True) if c < 0]
             if unlabeled:
                 raise ValueError(
                     f"run {name!r}: some records carry a category but task(s) "
