@@ -196,13 +196,14 @@ class OutcomeBuilder:
         if self._cells:  # the dense grid's samples and budgets that records used
             state = np.frombuffer(self._state, dtype=np.uint8)
             state = state.reshape(len(tasks), self._n, len(self._code))
-            s_in = [j for j, s in enumerate(samples) if 0 <= s < self._n]
+            every = range(len(tasks))
+            s_in = [j for j, s in enumerate(samples) if 0 <= s < self._n]  # table positions
             b_in = [j for j, b in enumerate(budgets) if b in self._code]
-            picked = state[np.ix_(range(len(tasks)), [samples[j] for j in s_in],
-                                  [self._code[budgets[j]] for j in b_in])]
-            correct[np.ix_(range(len(tasks)), s_in, b_in)] = picked == _RIGHT
-            seen[np.ix_(range(len(tasks)), s_in, b_in)] = picked != _UNSEEN
-            del state, picked
+            stored = ([samples[j] for j in s_in], [self._code[budgets[j]] for j in b_in])
+            picked = state[np.ix_(every, *stored)]  # a copy: the buffer is free again below
+            correct[np.ix_(every, s_in, b_in)] = picked == _RIGHT
+            seen[np.ix_(every, s_in, b_in)] = picked != _UNSEEN
+            del state
         if self._sparse:
             s_pos = {s: j for j, s in enumerate(samples)}
             b_pos = {b: j for j, b in enumerate(budgets)}
