@@ -18,6 +18,10 @@ noisy, never expert data alone:
 - **World paragraphs**: every paragraph of the synthetic world as a plain document, the
   analogue of encyclopedic text in an LLM's pretraining (a model may memorise some facts and
   answer without searching, as a real base model can on HotpotQA).
+- **Arithmetic facts** (``arithmetic_facts``, default none): correct steps such as ``37 + 8 =
+  45.``, the analogue of the arithmetic an LLM reads in pretraining; without them the only
+  arithmetic a base sees is in the noisy agent's worked solutions, a fifth of whose steps are
+  wrong.
 
 The episodes use training tasks only, and skip the first ``reserved_tasks`` of each category:
 those are left for the matched-data SFT and GRPO runs, so both start from problems the base has
@@ -49,6 +53,8 @@ CATEGORY_ENVS = {"bridge": "BridgeQA-v0", "comparison": "ComparisonQA-v0", "math
 _SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 _TITLE = re.compile(r"Doc \d+ \(Title: (.*?)\) ")
 _MATH_SYMBOL = {"+": "+", "-": "-", "*": "*", "/": "/"}
+FACTS_PER_DOCUMENT = 32
+"""Arithmetic facts per plain document (``CorpusConfig.arithmetic_facts``)."""
 
 
 @dataclass(frozen=True)
@@ -79,13 +85,21 @@ class CorpusConfig:
     """Chance that a step of a guided math solution is computed wrongly."""
     paragraph_repeats: int = 2
     """How often every world paragraph appears as a document."""
+    arithmetic_facts: int = 0
+    """Correct arithmetic facts (``37 + 8 = 45.``) as plain documents of ``FACTS_PER_DOCUMENT``:
+    the steps of fresh random problems of the math source, written as a worked solution writes
+    them (0: none, the corpus of the issue-8 and first issue-16 bases)."""
 
     def __post_init__(self) -> None:
         for name in ("episodes_per_category", "tasks_per_category", "samples_per_task"):
             if getattr(self, name) < 1:
                 raise ValueError(f"CorpusConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.reserved_tasks < 0 or self.paragraph_repeats < 0:
-            raise ValueError("CorpusConfig.reserved_tasks and paragraph_repeats must be >= 0")
+        if min(self.reserved_tasks, self.paragraph_repeats, self.arithmetic_facts) < 0:
+            raise ValueError(
+                "CorpusConfig.reserved_tasks, paragraph_repeats and arithmetic_facts must be "
+                f">= 0, got {self.reserved_tasks}, {self.paragraph_repeats}, "
+                f"{self.arithmetic_facts}"
+            )
         rates = (*self.guided_rates, self.answer_rate, self.invalid_rate, self.math_error_rate)
         if not self.guided_rates or not all(0.0 <= r <= 1.0 for r in rates):
             raise ValueError(
@@ -109,13 +123,46 @@ def worked_solution(task: Task, rng: np.random.Generator, error_rate: float) -> 
     value = int(task.metadata["start"])
     lines = []
     for op, operand in task.metadata["steps"]:
-        exact = {"+": value + operand, "-": value - operand, "*": value * operand}.get(op)
-        result = value // operand if exact is None else exact
+        result = _step(value, op, operand)
         if rng.random() < error_rate:
             result = max(0, result + int(rng.choice([-10, -2, -1, 1, 2, 10])))
         lines.append(f"{value} {_MATH_SYMBOL[op]} {operand} = {result}.")
         value = result
     return f"<think>{' '.join(lines)}</think>\n<answer>{value}</answer>"
+
+
+def _step(value: int, op: str, operand: int) -> int:
+    """One exact step of a synthetic math problem (``/`` divides exactly there)."""
+    if op == "/":
+        return value // operand
+    return {"+": value + operand, "-": value - operand, "*": value * operand}[op]
+
+
+def arithmetic_documents(count: int, seed: int) -> list[str]:
+    """``count`` correct arithmetic facts, ``FACTS_PER_DOCUMENT`` to a document.
+
+    The facts are the steps of fresh random problems of the synthetic math source (so their
+    numbers are distributed as a solver meets them), written exactly as ``worked_solution`` writes
+    a step. They are the testbed's analogue of the arithmetic an LLM reads in pretraining: the
+    skill, never a test problem's solution (a fact may be one step of one, as ``12 / 2 = 6.`` is
+    of many).
+    """
+    import random
+
+    from passkt.envs.sources.synthetic import math_problem
+
+    rng = random.Random(f"passkt-corpus/{seed}/arithmetic")
+    facts: list[str] = []
+    while len(facts) < count:
+        value, steps, _ = math_problem(rng)
+        for op, operand in steps:
+            result = _step(value, op, operand)
+            facts.append(f"{value} {_MATH_SYMBOL[op]} {operand} = {result}.")
+            value = result
+    facts = facts[:count]
+    return [
+        " ".join(facts[i : i + FACTS_PER_DOCUMENT]) for i in range(0, count, FACTS_PER_DOCUMENT)
+    ]
 
 
 def malformed(action: str, rng: np.random.Generator) -> str:
@@ -355,6 +402,8 @@ def build_corpus(config: CorpusConfig, tokenizer: Any, *, progress: bool = False
         stats["categories"][category] = category_stats
     world = build_world(config.world_seed)
     texts = [p.text for p in world.paragraphs] * config.paragraph_repeats
+    arithmetic = arithmetic_documents(config.arithmetic_facts, config.seed)
+    texts += arithmetic
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
     docs += [(list(ids), [False] * len(ids)) for ids in encoded]
     lengths = np.array([len(ids) + 1 for ids, _ in docs], dtype=np.int64)
@@ -364,7 +413,8 @@ def build_corpus(config: CorpusConfig, tokenizer: Any, *, progress: bool = False
     assistant = np.fromiter(
         (m for _, mask in docs for m in (*mask, False)), dtype=bool, count=len(tokens)
     )
-    stats["paragraph_documents"] = len(texts)
+    stats["paragraph_documents"] = len(texts) - len(arithmetic)
+    stats["arithmetic_documents"] = len(arithmetic)
     stats["tokens"] = len(tokens)
     stats["assistant_tokens"] = int(assistant.sum())
     starts = np.concatenate([[0], np.cumsum(lengths)])

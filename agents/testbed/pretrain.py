@@ -67,10 +67,14 @@ class PretrainConfig:
     """Seed of the synthetic world and its tasks (the tokenizer is fitted to it)."""
     episodes_per_category: int = 4000
     """Noisy episodes per category in the corpus (see ``CorpusConfig``)."""
+    tasks_per_category: int = 1000
+    """Training tasks per category the episodes are drawn from (after the 200 reserved ones)."""
     guided_rates: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75)
     """Chance that an episode's turn is guided; episodes are spread evenly over these rates."""
     paragraph_repeats: int = 2
     """How often every world paragraph appears in the corpus."""
+    arithmetic_facts: int = 0
+    """Correct arithmetic facts (``37 + 8 = 45.``) added to the corpus as plain text (0: none)."""
     block_size: int = 1024
     """Tokens per training sequence (documents are packed; a T = 5 episode is ~1,000 tokens)."""
     batch_size: int = 4
@@ -132,8 +136,10 @@ class PretrainConfig:
             world_seed=self.world_seed,
             seed=self.seed,
             episodes_per_category=self.episodes_per_category,
+            tasks_per_category=self.tasks_per_category,
             guided_rates=self.guided_rates,
             paragraph_repeats=self.paragraph_repeats,
+            arithmetic_facts=self.arithmetic_facts,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -325,7 +331,10 @@ def _start(config: PretrainConfig, out: Path, resume: bool) -> int:
         return _start(config, out, resume=False)
     old = json.loads(saved_config.read_text())
     new = config.to_dict()
-    changed = sorted(k for k in new if k not in _RUNTIME_FIELDS and old.get(k) != new[k])
+    defaults = PretrainConfig().to_dict()  # a field added since the run started: its default
+    changed = sorted(
+        k for k in new if k not in _RUNTIME_FIELDS and old.get(k, defaults[k]) != new[k]
+    )
     if changed:
         raise ValueError(
             f"cannot resume {out}: the config differs in {changed} (see {saved_config}); "

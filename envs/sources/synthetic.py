@@ -363,7 +363,7 @@ _MATH_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": opera
 """The step operators; a ``/`` step always divides exactly."""
 
 
-def _math_problem(rng: random.Random) -> tuple[int, tuple[tuple[str, int], ...], int]:
+def math_problem(rng: random.Random) -> tuple[int, tuple[tuple[str, int], ...], int]:
     """A start value, 2 to 4 steps ``(op, operand)`` and the result (never negative)."""
     value = start = rng.randint(2, 60)
     steps = []
@@ -391,7 +391,7 @@ def _math_tasks(seed: int, split: str, count: int) -> list[Task]:
     seen: set = set()
     tasks: list[Task] = []
     while len(tasks) < count:
-        start, steps, value = _math_problem(rng)
+        start, steps, value = math_problem(rng)
         name, items = rng.choice(names), rng.choice(_ITEMS)
         sentences = [rng.choice(_MATH_START).format(name=name, a=start, items=items)]
         sentences += [

@@ -87,7 +87,13 @@ def test_resume_continues_exactly(tmp_path, monkeypatch):
         pretrain(config)
     with pytest.raises(ValueError, match="differs in \\['learning_rate'\\]"):
         pretrain(_config(tmp_path / "b", max_steps=20, learning_rate=1e-3), resume=True)
-    resumed = pretrain(config, resume=True)
+    saved = tmp_path / "b" / "run" / "pretrain_config.json"  # a run from before a field existed
+    old = json.loads(saved.read_text())
+    del old["arithmetic_facts"]
+    saved.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="differs in \\['arithmetic_facts'\\]"):
+        pretrain(_config(tmp_path / "b", max_steps=20, arithmetic_facts=5), resume=True)
+    resumed = pretrain(config, resume=True)  # the missing field had its default: resumable
     assert resumed.steps == 20
     from transformers import AutoModelForCausalLM
 

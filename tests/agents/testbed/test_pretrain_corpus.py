@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 from passkt.agents.testbed.corpus import (
+    FACTS_PER_DOCUMENT,
     Corpus,
     CorpusConfig,
     NoisyAgentPolicy,
+    arithmetic_documents,
     build_corpus,
     malformed,
     worked_solution,
@@ -98,6 +100,35 @@ def test_corpus_saves_and_loads(small_corpus, tmp_path):
     assert loaded.stats == small_corpus.stats
 
 
+def test_arithmetic_facts_are_right_and_shaped_like_worked_steps():
+    import re
+
+    documents = arithmetic_documents(100, seed=3)
+    assert len(documents) == -(-100 // FACTS_PER_DOCUMENT)
+    facts = re.findall(r"(\d+) ([-+*/]) (\d+) = (\d+)\.", " ".join(documents))
+    assert len(facts) == 100 and {op for _, op, _, _ in facts} == {"+", "-", "*", "/"}
+    exact = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "/": int.__floordiv__}
+    for a, op, b, c in facts:
+        assert exact[op](int(a), int(b)) == int(c) >= 0
+        assert op != "/" or int(a) % int(b) == 0
+    assert arithmetic_documents(100, seed=3) == documents != arithmetic_documents(100, seed=4)
+    # the same steps a worked solution writes: every error-free step of a task is such a fact
+    task = synthetic.load_tasks("math", "train", num_tasks=1)[0]
+    steps = worked_solution(task, np.random.default_rng(0), 0.0)
+    assert re.findall(r"\d+ [-+*/] \d+ = \d+\.", steps)
+
+
+def test_arithmetic_facts_go_into_the_corpus_as_plain_documents(testbed_tokenizer):
+    base = dict(episodes_per_category=6, tasks_per_category=10, paragraph_repeats=0)
+    plain = build_corpus(CorpusConfig(**base), testbed_tokenizer)
+    drilled = build_corpus(CorpusConfig(**base, arithmetic_facts=70), testbed_tokenizer)
+    assert drilled.num_documents == plain.num_documents + 3
+    assert drilled.stats["arithmetic_documents"] == 3 and plain.stats["arithmetic_documents"] == 0
+    last = testbed_tokenizer.decode(drilled.tokens[drilled.starts[-2] : drilled.starts[-1] - 1])
+    assert last == arithmetic_documents(70, seed=0)[-1]
+    assert not drilled.assistant[drilled.starts[-4] :].any()
+
+
 def test_corpus_config_is_validated():
     with pytest.raises(ValueError, match="must lie in"):
         CorpusConfig(guided_rates=(0.5, 1.5))
@@ -105,6 +136,8 @@ def test_corpus_config_is_validated():
         CorpusConfig(episodes_per_category=0)
     with pytest.raises(ValueError, match="budgets must be non-negative"):
         CorpusConfig(budgets=(-1,))
+    with pytest.raises(ValueError, match="arithmetic_facts must be >= 0"):
+        CorpusConfig(arithmetic_facts=-1)
 
 
 def test_plain_oracle_writes_the_corpus_format_not_sentences_the_base_never_saw():
