@@ -34,10 +34,9 @@ from pathlib import Path
 import gymnasium as gym
 
 import passkt.envs  # noqa: F401  (registers the envs)
+from passkt.agents.testbed.corpus import _SEARCH, _TITLE  # the corpus agent reads them so too
 from passkt.envs.scoring import normalize_answer
 
-_TITLE = re.compile(r"Doc \d+ \(Title: (.*?)\) ")
-_SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
