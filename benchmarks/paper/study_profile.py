@@ -344,8 +344,13 @@ def differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> list
     ]
 
 
+RECORD_KEYS = ("lr_trials", "description")
+"""Profile keys that record what was done and configure nothing: a folder takes newer values."""
+
+
 def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict[str, Any]:
-    """The profile of ``out``: store ``requested`` there on first use, or check it matches.
+    """The profile of ``out``: store ``requested`` there on first use, or check it matches
+    (where only ``RECORD_KEYS`` differ, the stored record takes the requested values).
 
     Args:
         out: The study folder.
@@ -362,6 +367,12 @@ def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict
         stored["profile"] = json.loads(json.dumps(deep_merge(DEFAULTS, stored["profile"])))
         if requested is not None and stored["profile"] != requested:
             diffs = differences(stored["profile"], requested)
+            if all(d.split(":", 1)[0] in RECORD_KEYS for d in diffs):
+                # lr_trials / description record what was done; they configure nothing, so a
+                # folder takes the newer record (e.g. trials run after its base was pretrained)
+                stored["profile"] = requested
+                _write_record(path, {**stored, "updated": sorted({d.split(":")[0] for d in diffs})})
+                return requested
             raise StudyError(
                 f"{out} was made with another profile ({stored['source']}); differing keys: "
                 f"{'; '.join(diffs[:8])}{' ...' if len(diffs) > 8 else ''}. Repeat the original "
@@ -376,11 +387,14 @@ def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict
             "PATH.toml"
         )
     out.mkdir(parents=True, exist_ok=True)
-    record = {"source": source, "profile": requested}
+    _write_record(path, {"source": source, "profile": requested})
+    return requested
+
+
+def _write_record(path: Path, record: dict[str, Any]) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
-    return requested
 
 
 def resolve_stored(out: Path, overrides: Sequence[str]) -> dict[str, Any]:

@@ -235,6 +235,14 @@ def test_a_folder_keeps_its_profile_and_stages_keep_their_order(tmp_path, capsys
         study.run(["splits", "--out", out, "--profile", "tiny", "--limit-eval", "3"])
     with pytest.raises(StudyError, match=r"limit_eval: 2 -> 3"):
         study.run(["splits", "--out", out, "--limit-eval", "3"])  # checked against the stored
+    # lr_trials only records what was tried: a folder takes the newer record, nothing else
+    trials = ["--set", "lr_trials=['GRPO 1e-4: reward rose']"]
+    with pytest.raises(StudyError, match=r"limit_eval: 2 -> 3"):
+        study.run(["splits", *args, "--categories", "B", "--limit-eval", "3", *trials])
+    assert study.run(["splits", *args, "--categories", "B", *trials]).ran["splits"] == []
+    stored = json.loads((tmp_path / "s/profile.json").read_text())
+    assert stored["profile"]["lr_trials"] == ["GRPO 1e-4: reward rose"]
+    assert stored["updated"] == ["lr_trials"] and stored["profile"]["limit_eval"] == 2
     with pytest.raises(StudyError, match=r"needs .*base.*run `python .*study.py base --out"):
         study.run(["eval-base", "--out", out, "--categories", "B"])
     with pytest.raises(StudyError, match=r"splits.*has not finished"):
