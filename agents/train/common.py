@@ -327,9 +327,16 @@ def _accepts_logits_to_keep(model: Any) -> bool:
     return "logits_to_keep" in inspect.signature(inner.forward).parameters
 
 
-def micro_batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
-    """Consecutive chunks of at most ``size`` items."""
-    return [items[i : i + size] for i in range(0, len(items), size)]
+def length_sorted_micro_batches(sequences: Sequence[TokenSequence], size: int) -> list[list[int]]:
+    """Indices of ``sequences`` in chunks of at most ``size``, shortest sequences together.
+
+    ``collate`` pads a chunk to its longest sequence; multi-turn episodes differ in length by
+    whole turns, so consecutive chunks of a GRPO batch were half padding. The losses divide by the
+    step's global token (or sequence) count, so the accumulated gradient does not depend on how
+    the batch is split: sorting changes only the padding (and float summation order).
+    """
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].token_ids))
+    return [order[i : i + size] for i in range(0, len(order), size)]
 
 
 def shard(items: Sequence[Any], rank: int, world: int) -> list[Any]:

@@ -36,10 +36,10 @@ from passkt.agents.train.common import (
     TokenSequence,
     collate,
     env_kwargs_for,
+    length_sorted_micro_batches,
     load_model,
     load_task_list,
     mean,
-    micro_batches,
     reduce_sums,
     sequence_logprobs,
     step_seed,
@@ -140,7 +140,7 @@ def policy_update(
     totals = reduce_sums(run.accelerator, counts)
     key = "tokens" if config.aggregation == "token_mean" else "sequences"
     normalizer = totals[key] / run.world
-    chunks = micro_batches(list(range(len(sequences))), config.micro_batch_size)
+    chunks = length_sorted_micro_batches(sequences, config.micro_batch_size)
     batches = [collate([sequences[i] for i in chunk], pad_id, device) for chunk in chunks]
     chunk_advantages = [advantages[list(chunk)].to(device) for chunk in chunks]  # each (B,)
     old = None

@@ -34,8 +34,8 @@ from passkt.agents.train.common import (
     TokenSequence,
     collate,
     env_kwargs_for,
+    length_sorted_micro_batches,
     load_task_list,
-    micro_batches,
     reduce_sums,
     sequence_logprobs,
 )
@@ -307,10 +307,10 @@ def sft_update(
     totals = reduce_sums(run.accelerator, counts)
     key = "tokens" if config.aggregation == "token_mean" else "sequences"
     normalizer = totals[key] / run.world
-    chunks = micro_batches(list(sequences), config.micro_batch_size)
+    chunks = length_sorted_micro_batches(sequences, config.micro_batch_size)
     loss_sum = 0.0
     for j, chunk in enumerate(chunks):
-        batch = collate(chunk, run.policy.pad_token_id, device)
+        batch = collate([sequences[i] for i in chunk], run.policy.pad_token_id, device)
         last = j == len(chunks) - 1
         with contextlib.nullcontext() if last else run.accelerator.no_sync(run.model):
             logp = sequence_logprobs(run.model, batch)  # (B, L)

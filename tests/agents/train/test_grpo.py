@@ -12,9 +12,16 @@ import torch
 
 from passkt.agents.policy import SamplingParams
 from passkt.agents.rollout import rollout
-from passkt.agents.train.common import TokenSequence, collate, read_metrics, sequence_logprobs
+from passkt.agents.train.common import (
+    TokenSequence,
+    collate,
+    length_sorted_micro_batches,
+    read_metrics,
+    sequence_logprobs,
+)
 from passkt.agents.train.config import GRPOConfig
-from passkt.agents.train.grpo import grpo_loss, train_grpo
+from passkt.agents.train.grpo import grpo_loss, policy_update, train_grpo
+from passkt.agents.train.loop import TrainingRun
 from passkt.agents.train.losses import token_logprobs
 from passkt.envs.tasks import Paragraph, Task
 
@@ -285,3 +292,67 @@ def test_lean_rollouts_train_the_same_run(format_checkpoint, digit_tasks, tmp_pa
         assert lean["loss/policy"] == pytest.approx(hf["loss/policy"], rel=1e-3, abs=1e-5)
         assert lean["tokens/generated"] == hf["tokens/generated"]
     assert {m["reward/mean"] for m in runs["hf"]} != {0.0}  # some reward to learn from
+
+
+def test_length_sorted_micro_batches_pad_less_and_keep_every_sequence():
+    lengths = [9, 2, 30, 3, 28, 8, 31, 1]
+    sequences = [TokenSequence(tuple(range(n)), (True,) * n) for n in lengths]
+    chunks = length_sorted_micro_batches(sequences, 3)
+    assert sorted(i for chunk in chunks for i in chunk) == list(range(len(lengths)))
+    assert all(len(chunk) <= 3 for chunk in chunks)
+
+    def padded(chunks):
+        return sum(len(c) * max(lengths[i] for i in c) for c in chunks)
+
+    consecutive = [list(range(i, min(i + 3, len(lengths)))) for i in range(0, len(lengths), 3)]
+    assert padded(chunks) == 3 * 3 + 3 * 28 + 2 * 31  # [1 2 3] [8 9 28] [30 31]
+    assert padded(chunks) < padded(consecutive)
+
+
+def test_the_update_is_the_gradient_of_the_whole_batch_however_it_is_split(
+    format_checkpoint, tmp_path
+):
+    # Sequences of very different lengths, in sorted micro-batches of 2 or taken whole: the
+    # accumulated gradient equals the one written by hand, sequence by sequence, with each
+    # sequence's own advantage (ratio 1: d/dθ of -Σ_i A_i Σ_t log p_it / policy tokens).
+    gen = torch.Generator().manual_seed(0)
+    sequences = []
+    for n in (40, 7, 33, 12, 25, 9):
+        ids = torch.randint(3, 60, (n,), generator=gen).tolist()
+        sequences.append(TokenSequence(tuple(ids), (False,) * (n // 2) + (True,) * (n - n // 2)))
+    advantages = torch.tensor([1.0, -0.5, 0.25, -1.0, 0.75, -0.25])
+    tokens = sum(s.num_policy_tokens for s in sequences)
+
+    def gradients(run):
+        return {
+            name: p.grad.detach().clone()
+            for name, p in run.unwrapped.named_parameters()
+            if p.grad is not None
+        }
+
+    config = digit_config(format_checkpoint, tmp_path / "hand")
+    run = TrainingRun.start(config)
+    run.model.zero_grad()
+    for seq, adv in zip(sequences, advantages, strict=True):
+        batch = collate([seq], run.tokenizer.pad_token_id)
+        logp = sequence_logprobs(run.model, batch)
+        (-(adv * logp[batch.policy_mask]).sum() / tokens).backward()
+    expected = gradients(run)
+    assert any(g.abs().sum() > 0 for g in expected.values())
+
+    for size in (2, len(sequences)):
+        config = digit_config(format_checkpoint, tmp_path / f"mb{size}", micro_batch_size=size)
+        run = TrainingRun.start(config)
+        run.plan(["t0", "t1"], per_step=1)
+        captured = {}
+
+        def capture(run=run, captured=captured):
+            captured.update(gradients(run))
+            return 0.0
+
+        run.optimizer_step = capture
+        stats = policy_update(run, config, sequences, advantages, reference=None)
+        assert stats.policy_tokens == tokens
+        assert captured.keys() == expected.keys()
+        for name, g in captured.items():
+            torch.testing.assert_close(g, expected[name], atol=1e-6, rtol=1e-4)
