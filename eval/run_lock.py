@@ -41,8 +41,13 @@ class RunLock:
         self._fd = fd
 
     @classmethod
-    def acquire(cls, directory: Path) -> RunLock:
+    def acquire(cls, directory: Path, advice: str | None = None) -> RunLock:
         """Lock ``directory`` (which must exist) for this process, or refuse at once.
+
+        Args:
+            directory: The run directory.
+            advice: What the refusal tells the user to do instead (default: the eval CLI's
+                ``--resume`` / ``--out``).
 
         Raises:
             RunLockedError: another process holds the lock; the message gives its pid.
@@ -59,10 +64,10 @@ class RunLock:
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
+            advice = advice or "then use --resume, or choose another --out"
             raise RunLockedError(
                 f"{directory} is being written by another passkt process (pid {holder}); wait "
-                f"for it to finish or stop it (kill {holder}), then use --resume, or choose "
-                "another --out"
+                f"for it to finish or stop it (kill {holder}), {advice}"
             ) from None
         except BaseException:
             os.close(fd)

@@ -69,24 +69,29 @@ def train_grpo(config: GRPOConfig, *, resume: bool = False) -> TrainResult:
     """
     tasks = load_task_list(config, config.split, task_ids=config.task_ids, limit=config.limit)
     run = TrainingRun.start(config, resume=resume)
-    run.plan([task.task_id for task in tasks], config.tasks_per_step, config.num_iterations)
-    reference = _reference_model(config, run)
-    for step in run.steps("grpo"):
-        timer = Timer()
-        task_ids = run.local_items(step)
-        with timer("rollout"):
-            episodes, generated = sample_groups(run, config, task_ids, step)
-        rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)  # (tasks * G,)
-        advantages = group_advantages(
-            rewards.view(len(task_ids), config.group_size), config.advantage, config.advantage_eps
-        ).view(-1)  # (tasks * G,)
-        sequences = [TokenSequence.from_episode(e, config.max_length) for e in episodes]
-        with timer("update"):
-            update = policy_update(run, config, sequences, advantages, reference)
-        metrics = _step_metrics(run, config, episodes, rewards, generated, update, timer)
-        metrics["samples"] = float((step + 1) * config.tasks_per_step * config.group_size)
-        run.end_step(step, metrics, postfix=f"reward={metrics['reward/mean']:.3f}")
-    return run.finish()
+    with run:  # releases the writer lock however the run ends
+        run.plan([task.task_id for task in tasks], config.tasks_per_step, config.num_iterations)
+        reference = _reference_model(config, run)
+        for step in run.steps("grpo"):
+            timer = Timer()
+            task_ids = run.local_items(step)
+            with timer("rollout"):
+                episodes, generated = sample_groups(run, config, task_ids, step)
+            rewards = torch.tensor(
+                [e.reward for e in episodes], dtype=torch.float32
+            )  # (tasks * G,)
+            advantages = group_advantages(
+                rewards.view(len(task_ids), config.group_size),
+                config.advantage,
+                config.advantage_eps,
+            ).view(-1)  # (tasks * G,)
+            sequences = [TokenSequence.from_episode(e, config.max_length) for e in episodes]
+            with timer("update"):
+                update = policy_update(run, config, sequences, advantages, reference)
+            metrics = _step_metrics(run, config, episodes, rewards, generated, update, timer)
+            metrics["samples"] = float((step + 1) * config.tasks_per_step * config.group_size)
+            run.end_step(step, metrics, postfix=f"reward={metrics['reward/mean']:.3f}")
+        return run.finish()
 
 
 def sample_groups(

@@ -93,7 +93,21 @@ class TrainingRun:
     last_checkpoint: Path | None = None
     optimizer_steps: int = 0
     """Optimizer updates made by this process since it started (GRPO: ``num_iterations`` a step)."""
+    lock: Any = None
+    """The main process's writer lock on ``output_dir`` (``passkt.eval.run_lock``), held until
+    ``close`` (``finish``, or leaving the ``with`` block on an error)."""
     _bar: Any = None
+
+    def __enter__(self) -> TrainingRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the writer lock (safe to call twice)."""
+        if self.lock is not None:
+            self.lock.release()
 
     @property
     def rank(self) -> int:
@@ -123,22 +137,38 @@ class TrainingRun:
                 is none). Without it, an ``output_dir`` that already holds a run is an error.
         """
         accelerator = make_accelerator()
-        checkpoint = _find_checkpoint(Path(config.output_dir), resume)
-        _seed_everything(config.seed)
-        model, tokenizer = load_model(config, resume_from=checkpoint)
+        lock = None
+        if accelerator.is_main_process:  # one writer per output_dir, taken before reading it
+            from passkt.eval.run_lock import RunLock
+
+            Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+            lock = RunLock.acquire(
+                Path(config.output_dir),
+                advice="then resume it (resume=True, --resume), or choose another output_dir (--out)",
+            )
+        try:
+            checkpoint = _find_checkpoint(Path(config.output_dir), resume)
+            _seed_everything(config.seed)
+            model, tokenizer = load_model(config, resume_from=checkpoint)
+            metrics = MetricsLogger(
+                Path(config.output_dir),
+                enabled=accelerator.is_main_process,
+                report_to=config.report_to,
+                config=config.to_dict(),
+            )
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
         return cls(
             config=config,
             accelerator=accelerator,
             model=model,
             unwrapped=model,
             tokenizer=tokenizer,
-            metrics=MetricsLogger(
-                Path(config.output_dir),
-                enabled=accelerator.is_main_process,
-                report_to=config.report_to,
-                config=config.to_dict(),
-            ),
+            metrics=metrics,
             resume_from=checkpoint,
+            lock=lock,
         )
 
     def plan(
@@ -284,9 +314,10 @@ class TrainingRun:
         return self.last_checkpoint
 
     def finish(self) -> TrainResult:
-        """Close the logs and return the result."""
+        """Close the logs, release the writer lock and return the result."""
         self.metrics.close()
         self.accelerator.wait_for_everyone()
+        self.close()
         return TrainResult(
             output_dir=self.output_dir,
             checkpoint=self.last_checkpoint if self.is_main else None,

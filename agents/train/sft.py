@@ -228,26 +228,27 @@ def train_sft(config: SFTConfig, *, resume: bool = False) -> TrainResult:
     oracle = config.data_path is None and config.expert == "oracle"
     tasks = expert_tasks(config) if oracle else None
     run = TrainingRun.start(config, resume=resume)
-    examples = expert_examples(config, run.tokenizer, tasks=tasks, reuse=resume)
-    by_id = {f"{i}:{e.task_id}": e for i, e in enumerate(examples)}
-    run.plan(list(by_id), config.batch_size)
-    if run.is_main and config.data_path is None:
-        save_expert_dataset(examples, run.output_dir / "expert_data.jsonl")
-    for step in run.steps("sft"):
-        timer = Timer()
-        with timer("update"):
-            sequences = [by_id[item].sequence for item in run.local_items(step)]
-            sums = sft_update(run, config, sequences)
-        totals = reduce_sums(run.accelerator, sums)
-        metrics = {
-            "loss/nll": totals["loss"] / run.world,
-            "tokens/policy": totals["tokens"],
-            "grad_norm": sums["grad_norm"],
-            "tokens/s": totals["all_tokens"] / max(timer.seconds["update"], 1e-9),
-            "time/update_s": timer.seconds["update"],
-        }
-        run.end_step(step, metrics, postfix=f"nll={metrics['loss/nll']:.3f}")
-    return run.finish()
+    with run:  # releases the writer lock however the run ends
+        examples = expert_examples(config, run.tokenizer, tasks=tasks, reuse=resume)
+        by_id = {f"{i}:{e.task_id}": e for i, e in enumerate(examples)}
+        run.plan(list(by_id), config.batch_size)
+        if run.is_main and config.data_path is None:
+            save_expert_dataset(examples, run.output_dir / "expert_data.jsonl")
+        for step in run.steps("sft"):
+            timer = Timer()
+            with timer("update"):
+                sequences = [by_id[item].sequence for item in run.local_items(step)]
+                sums = sft_update(run, config, sequences)
+            totals = reduce_sums(run.accelerator, sums)
+            metrics = {
+                "loss/nll": totals["loss"] / run.world,
+                "tokens/policy": totals["tokens"],
+                "grad_norm": sums["grad_norm"],
+                "tokens/s": totals["all_tokens"] / max(timer.seconds["update"], 1e-9),
+                "time/update_s": timer.seconds["update"],
+            }
+            run.end_step(step, metrics, postfix=f"nll={metrics['loss/nll']:.3f}")
+        return run.finish()
 
 
 def expert_examples(
