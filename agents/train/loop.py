@@ -144,7 +144,7 @@ class TrainingRun:
             Path(config.output_dir).mkdir(parents=True, exist_ok=True)
             lock = RunLock.acquire(
                 Path(config.output_dir),
-                advice="then resume it (resume=True, --resume), or choose another output_dir (--out)",
+                advice="then resume it (resume=True, --resume) or choose another output_dir (--out)",
             )
         try:
             checkpoint = _find_checkpoint(Path(config.output_dir), resume)
