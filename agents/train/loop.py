@@ -142,10 +142,8 @@ class TrainingRun:
             from passkt.eval.run_lock import RunLock
 
             Path(config.output_dir).mkdir(parents=True, exist_ok=True)
-            lock = RunLock.acquire(
-                Path(config.output_dir),
-                advice="then resume it (resume=True, --resume) or choose another output_dir (--out)",
-            )
+            advice = "then resume it (resume=True, --resume) or choose another output_dir (--out)"
+            lock = RunLock.acquire(Path(config.output_dir), advice=advice)
         try:
             checkpoint = _find_checkpoint(Path(config.output_dir), resume)
             _seed_everything(config.seed)
