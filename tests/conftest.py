@@ -2,7 +2,11 @@
 
 import contextlib
 import os
+import signal
+import subprocess
+import sys
 
+import pytest
 from hypothesis import settings
 
 # Two cores: torch's intra-op threads fight with the rest of the process (and with each other
@@ -17,3 +21,34 @@ with contextlib.suppress(ImportError):
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture
+def lock_holder():
+    """Start a process that holds a run directory's writer lock until the test ends (SIGKILL).
+
+    ``lock_holder(directory)`` returns the ``Popen`` once the lock is taken.
+    """
+    holders = []
+
+    def start(directory):
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys, time\nfrom pathlib import Path\nfrom passkt.eval.run_lock import "
+                "RunLock\nRunLock.acquire(Path(sys.argv[1]))\nprint('locked', flush=True)\n"
+                "time.sleep(600)",
+                str(directory),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        holders.append(holder)
+        assert holder.stdout.readline().strip() == "locked"
+        return holder
+
+    yield start
+    for holder in holders:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()

@@ -331,9 +331,9 @@ def length_sorted_micro_batches(sequences: Sequence[TokenSequence], size: int) -
     """Indices of ``sequences`` in chunks of at most ``size``, shortest sequences together.
 
     ``collate`` pads a chunk to its longest sequence; multi-turn episodes differ in length by
-    whole turns, so consecutive chunks of a GRPO batch were half padding. The losses divide by the
-    step's global token (or sequence) count, so the accumulated gradient does not depend on how
-    the batch is split: sorting changes only the padding (and float summation order).
+    whole turns, so consecutive chunks of a GRPO batch were about a third padding. The losses
+    divide by the step's global token (or sequence) count, so the accumulated gradient does not
+    depend on how the batch is split: sorting changes only the padding (and summation order).
     """
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].token_ids))
     return [order[i : i + size] for i in range(0, len(order), size)]

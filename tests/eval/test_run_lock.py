@@ -96,28 +96,17 @@ def test_simultaneous_starts_and_resumes_leave_one_writer(tmp_path):
     assert _lines(run) == complete  # byte for byte what the first run wrote
 
 
-def test_second_writer_is_refused_while_the_first_lives_and_not_after_it_dies(tmp_path):
+def test_second_writer_is_refused_while_the_first_lives_and_not_after_it_dies(
+    tmp_path, lock_holder
+):
     run = tmp_path / "run"
     run.mkdir()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time\nfrom pathlib import Path\nfrom passkt.eval.run_lock import RunLock\n"
-            "RunLock.acquire(Path(sys.argv[1]))\nprint('locked', flush=True)\ntime.sleep(600)",
-            str(run),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(RunLockedError, match=rf"another passkt process \(pid {holder.pid}\)"):
-            RunLock.acquire(run)
-        assert holder.poll() is None  # refused while the holder still runs: no waiting
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
+    holder = lock_holder(run)
+    with pytest.raises(RunLockedError, match=rf"another passkt process \(pid {holder.pid}\)"):
+        RunLock.acquire(run)
+    assert holder.poll() is None  # refused while the holder still runs: no waiting
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
     lock = RunLock.acquire(run)  # the OS dropped the dead holder's lock
     assert lock.held and (run / LOCK_FILE).read_text().strip() == str(os.getpid())
     lock.release()

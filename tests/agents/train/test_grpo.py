@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import signal
 from pathlib import Path
 
 import pytest
@@ -238,37 +239,22 @@ def test_existing_run_needs_resume(format_checkpoint, tmp_path):
         train_grpo(digit_config(format_checkpoint, out, max_steps=1))
 
 
-def test_one_trainer_per_output_dir(format_checkpoint, digit_tasks, tmp_path, monkeypatch):
+def test_one_trainer_per_output_dir(
+    format_checkpoint, digit_tasks, tmp_path, monkeypatch, lock_holder
+):
     # A second trainer on a run folder another process is writing is refused at once, naming
     # the writer; a run that fails after it started lets go of the folder (same process).
-    import signal
-    import subprocess
-    import sys
-
     import passkt.agents.train.grpo as grpo
     from passkt.eval.run_lock import RunLockedError
 
     out = tmp_path / "run"
     out.mkdir()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time\nfrom pathlib import Path\nfrom passkt.eval.run_lock import RunLock\n"
-            "RunLock.acquire(Path(sys.argv[1]))\nprint('locked', flush=True)\ntime.sleep(600)",
-            str(out),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(RunLockedError, match=rf"pid {holder.pid}\).*another output_dir"):
-            train_grpo(digit_config(format_checkpoint, out, max_steps=1))
-        assert not (out / "metrics.jsonl").exists()  # refused before anything was written
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
+    holder = lock_holder(out)
+    with pytest.raises(RunLockedError, match=rf"pid {holder.pid}\).*another output_dir"):
+        train_grpo(digit_config(format_checkpoint, out, max_steps=1))
+    assert not (out / "metrics.jsonl").exists()  # refused before anything was written
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
 
     def broken(*args, **kwargs):
         raise RuntimeError("sampling failed")
