@@ -83,6 +83,8 @@ examples:
   passkt compare runs/base runs/rl runs/sft --names base,rl,sft --budget 5 --out runs/cmp
   passkt compare runs/base runs/rl --repeats runs/base-seed1,runs/base-seed2
       noise floor from three evaluations of base; findings are differences outside it
+  passkt compare runs/base runs/rl --repeats runs/base-seed1 --peers runs/base2,runs/base2-seed1
+      the floor also holds base2 (the base recipe pretrained with another seed), twice evaluated
   passkt compare runs/base runs/rl --headline gap@64,5 --method bootstrap
 """
 
@@ -297,6 +299,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dir_list(text: str | None) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()] if text else []
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     ks = parse_int_list(args.ks, "--ks") if args.ks is not None else None
     names = [n.strip() for n in args.names.split(",")] if args.names else None
@@ -313,7 +319,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         level=args.level,
         method=args.method,
         headline=args.headline,
-        repeats=[r.strip() for r in args.repeats.split(",") if r.strip()] if args.repeats else (),
+        repeats=_dir_list(args.repeats),
+        peers=_dir_list(args.peers),
     )
     print(report.markdown)
     print(f"passkt: comparison written to {report.out_dir}/")
@@ -456,6 +463,12 @@ def _add_compare(subparsers: Any) -> None:
         metavar="DIR,...",
         help="more evaluations of RUN_A's policy with other --seed values: the noise floor; "
         "differences are called findings only outside it",
+    )
+    p.add_argument(
+        "--peers",
+        metavar="DIR,...",
+        help="evaluations of other policies made the same way as RUN_A's (e.g. the base "
+        "pretrained with another seed), evaluated the same way: they join the noise floor",
     )
     p.add_argument(
         "--headline",

@@ -44,6 +44,8 @@ class NoiseFloor(Record):
         budget: T of the boundary sets.
         swaps: Per pair, ``(only_i, only_j)``: problems solved at least once by one run and
             never by the other.
+        of: What the runs evaluate, as the report says it ("the same policy"; with peers, "the
+            same policy and of others made the same way").
     """
 
     names: tuple[str, ...]
@@ -53,6 +55,7 @@ class NoiseFloor(Record):
     gaps: np.ndarray
     budget: int
     swaps: tuple[tuple[int, int], ...]
+    of: str = "the same policy"
 
     def __post_init__(self) -> None:
         freeze_arrays(self, "gaps")
@@ -70,7 +73,7 @@ class NoiseFloor(Record):
     def to_markdown(self, digits: int = 3) -> str:
         """The floor as the report shows it: swaps per pair and the largest |gap| per (k, T)."""
         lines = [
-            f"Noise floor: {len(self.names)} evaluations of the same policy "
+            f"Noise floor: {len(self.names)} evaluations of {self.of} "
             f"({', '.join(self.names)}), {len(self.pairs)} pair(s). Boundary swaps at "
             f"T = {self.budget} (solved at least once by one evaluation, never by the other): "
             + "; ".join(
@@ -78,7 +81,7 @@ class NoiseFloor(Record):
                 for (a, b), (sa, sb) in zip(self.pairs, self.swaps, strict=True)
             )
             + f". Largest one-sided swap count: {self.max_swap}.\n",
-            "Largest |gap| between evaluations of the same policy, per cell (rows T, columns k):\n",
+            f"Largest |gap| between evaluations of {self.of}, per cell (rows T, columns k):\n",
             "| T \\ k | " + " | ".join(str(k) for k in self.ks) + " |",
             "|---:|" + "---:|" * len(self.ks),
         ]
@@ -101,14 +104,17 @@ def noise_floor(
     ks: Sequence[int],
     budgets: Sequence[int],
     budget: int,
+    of: str = "the same policy",
 ) -> NoiseFloor:
     """The floor from two or more evaluations of the same policy on the same problems.
 
     Args:
-        repeats: The evaluations (distinct names; different evaluation seeds).
+        repeats: The evaluations (distinct names; different evaluation seeds, or policies made
+            by the same recipe, e.g. pretrained with other seeds).
         ks: The k grid of the comparisons the floor is read against.
         budgets: Their T grid.
         budget: T of the boundary sets.
+        of: What the runs evaluate, for the report's sentences.
 
     Raises:
         ValueError: for fewer than two runs or repeated names.
@@ -127,7 +133,7 @@ def noise_floor(
         swaps.append((len(bc.only_a), len(bc.only_b)))
     return NoiseFloor(
         names, tuple(pairs), tuple(cmp.ks), tuple(cmp.budgets), np.stack(gaps), int(budget),
-        tuple(swaps),
+        tuple(swaps), of,
     )  # fmt: skip
 
 
@@ -146,6 +152,7 @@ class Findings(Record):
     boundary: bool
     only_b: int
     max_swap: int
+    of: str = "the same policy"
 
     def to_markdown(self, name_b: str, name_a: str) -> str:
         """One paragraph: what of ``name_b - name_a`` is a finding, and why the rest is not."""
@@ -155,7 +162,7 @@ class Findings(Record):
             f"**Findings outside the noise floor** ({name_b} vs {name_a}): gap cells "
             f"significant after Holm and larger than every base-vs-base gap: {listed}. "
             f"Boundary: {self.only_b} problem(s) only {name_b} solves, against at most "
-            f"{self.max_swap} between evaluations of the same policy: {verdict}.\n"
+            f"{self.max_swap} between evaluations of {self.of}: {verdict}.\n"
         )
 
 
@@ -170,4 +177,4 @@ def findings(cmp: Comparison, floor: NoiseFloor, bd: BoundaryDifference, only_b:
     outside = cmp.significant & (np.abs(cmp.gap) > floor.max_abs_gap)
     cells = tuple((cmp.ks[i], cmp.budgets[j]) for i, j in zip(*np.nonzero(outside), strict=True))
     boundary = only_b > floor.max_swap and bd.difference_lower > 0
-    return Findings(cells, bool(boundary), int(only_b), floor.max_swap)
+    return Findings(cells, bool(boundary), int(only_b), floor.max_swap, floor.of)

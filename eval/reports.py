@@ -125,31 +125,51 @@ def _floor(
     ks: Sequence[int],
     budgets: Sequence[int],
     budget: int,
+    peers: Sequence[str | Path] = (),
 ) -> Any:
-    """The noise floor of the reference and its repeats (``None`` without repeats)."""
+    """The noise floor of the reference, its repeats and its peers (``None`` without either)."""
     from passkt.eval.noise import noise_floor
     from passkt.eval.store import load_run
 
-    if not repeats:
+    if not repeats and not peers:
         return None
     manifest = ref[0]
-    tables, seeds = [ref_table], [manifest["seed"]]
-    for directory in map(Path, repeats):
-        other, table = load_run(directory)
-        for key in _SAME_POLICY:
-            if other.get(key) != manifest.get(key):
+    tables, used = [ref_table], {(manifest.get("policy"), manifest["seed"])}
+    names = {ref_table.name}
+    for flag, group in (("--repeats", repeats), ("--peers", peers)):
+        for directory in map(Path, group):
+            other, table = load_run(directory)
+            for key in _SAME_POLICY:
+                if key == "policy" and flag == "--peers":
+                    continue
+                if other.get(key) != manifest.get(key):
+                    what = "policy" if flag == "--repeats" else "recipe's evaluation"
+                    raise ValueError(
+                        f"{flag} {directory}: {key} is {other.get(key)!r} but {ref_dir} has "
+                        f"{manifest.get(key)!r}; a {flag[2:-1]} must evaluate the same {what} "
+                        "the same way"
+                    )
+            if flag == "--peers" and other.get("policy") == manifest.get("policy"):
                 raise ValueError(
-                    f"--repeats {directory}: {key} is {other.get(key)!r} but {ref_dir} has "
-                    f"{manifest.get(key)!r}; a repeat must evaluate the same policy the same way"
+                    f"--peers {directory}: it evaluates {ref_dir}'s own policy; give it as "
+                    "--repeats (peers are other policies of the same recipe)"
                 )
-        if other["seed"] in seeds:
-            raise ValueError(
-                f"--repeats {directory}: evaluation seed {other['seed']} was already used "
-                f"({ref_dir} and repeats must differ); rerun `passkt eval` with another --seed"
-            )
-        seeds.append(other["seed"])
-        tables.append(table.with_name(f"{ref_table.name} (seed {other['seed']})"))
-    return noise_floor(tables, ks, budgets, budget)
+            if (other.get("policy"), other["seed"]) in used:
+                raise ValueError(
+                    f"{flag} {directory}: evaluation seed {other['seed']} was already used for "
+                    f"this policy ({ref_dir} and repeats must differ); rerun `passkt eval` with "
+                    "another --seed"
+                )
+            used.add((other.get("policy"), other["seed"]))
+            if flag == "--repeats":
+                name = f"{ref_table.name} (seed {other['seed']})"
+            else:
+                name = str(other.get("name") or directory.name)
+                name = name if name not in names else f"{name} ({directory})"
+            names.add(name)
+            tables.append(table.with_name(name))
+    of = "the same policy and of others made the same way" if peers else "the same policy"
+    return noise_floor(tables, ks, budgets, budget, of)
 
 
 def _run_names(run_dirs: Sequence[Path], manifests: Sequence[dict], names: Sequence[str] | None):
@@ -181,13 +201,16 @@ def write_comparison(
     method: str = "score",
     headline: str | None = None,
     repeats: Sequence[str | Path] = (),
+    peers: Sequence[str | Path] = (),
 ) -> Report:
     """Paired comparison of runs 2.. against run 1: gap tables and plots, boundary sets, Venn.
 
     ``repeats`` are more evaluations of run 1's policy with other evaluation seeds (everything
     else equal): they make the noise floor (``noise_floor.{md,json}``), and each comparison then
-    says which of its differences are findings outside it (:mod:`passkt.eval.noise`). Without
-    repeats no difference is called a finding.
+    says which of its differences are findings outside it (:mod:`passkt.eval.noise`). ``peers``
+    are evaluations of other policies made by the same recipe as run 1's (the base pretrained
+    with another seed), evaluated the same way: they join the floor, which then also holds the
+    variation between equally made policies. Without either no difference is called a finding.
 
     For every later run ``b``: ``gap_<b>_vs_<a>.{md,csv,json,png,svg}`` (gap per (k, T) with a
     paired bootstrap CI, crossover k, whether the gap widens) and ``boundary_<b>_vs_<a>.md``;
@@ -222,7 +245,7 @@ def write_comparison(
     if t_bound not in shared_t:
         raise ValueError(f"--budget {budget} was not evaluated by every run; shared: {shared_t}")
     ks = tuple(ks) if ks is not None else default_ks(min(t.n for t in tables))
-    floor = _floor(dirs[0], loaded[0], tables[0], repeats, ks, shared_t, t_bound)
+    floor = _floor(dirs[0], loaded[0], tables[0], repeats, ks, shared_t, t_bound, peers)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
@@ -238,7 +261,8 @@ def write_comparison(
         write("noise_floor.json", json.dumps(floor.to_dict(), indent=2) + "\n")
     else:
         parts.append(
-            "No noise floor: without repeated evaluations of the reference (`--repeats`), no "
+            "No noise floor: without repeated evaluations of the reference (`--repeats`, "
+            "`--peers`), no "
             "difference below is called a finding.\n"
         )
     a = tables[0]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from study_profile import StudyError
-from study_stages import Study, run_name
+from study_stages import Study, floor_names, run_name
 
 
 def _runs(study: Study, cat: str, seed: int) -> dict[str, Path]:
@@ -30,19 +30,21 @@ def _runs(study: Study, cat: str, seed: int) -> dict[str, Path]:
 
 def _load_tables(study: Study, cat: str, seed: int) -> dict[str, Any]:
     """The outcome tables, checked to be on exactly the category's eval split."""
+    runs = _runs(study, cat, seed)
+    return {role: _eval_table(study, cat, folder) for role, folder in runs.items()}
+
+
+def _eval_table(study: Study, cat: str, folder: Path) -> Any:
+    """One evaluation's outcome table, checked to be on exactly the category's eval split."""
     from passkt.eval.store import load_run
 
-    expected = study.task_ids(cat, "eval")
-    tables = {}
-    for role, folder in _runs(study, cat, seed).items():
-        _, table = load_run(folder)
-        if list(table.task_ids) != expected:
-            raise StudyError(
-                f"{folder}: the run's problems are not the eval split "
-                f"{study.splits_dir(cat) / 'eval.txt'}; delete the run and rerun its stage"
-            )
-        tables[role] = table
-    return tables
+    _, table = load_run(folder)
+    if list(table.task_ids) != study.task_ids(cat, "eval"):
+        raise StudyError(
+            f"{folder}: the run's problems are not the eval split "
+            f"{study.splits_dir(cat) / 'eval.txt'}; delete the run and rerun its stage"
+        )
+    return table
 
 
 def make_comparison(study: Study, cat: str, seed: int) -> dict[str, Any]:
@@ -54,12 +56,18 @@ def make_comparison(study: Study, cat: str, seed: int) -> dict[str, Any]:
     runs = _runs(study, cat, seed)
     boot = {"n_boot": stats["n_boot"], "level": stats["level"], "seed": 0}
     repeats = study.base_eval_dirs(cat)[1:]
-    write_comparison(list(runs.values()), out, ks=study.ks(cat), repeats=repeats, **boot)
+    peers = [d for p in study.floor_pretrain_seeds() for d in study.base_eval_dirs(cat, p)]
+    write_comparison(list(runs.values()), out, ks=study.ks(cat), repeats=repeats, peers=peers,
+                     **boot)  # fmt: skip
     for role, folder in runs.items():
         write_report(folder, out / f"surface_{role}", ks=study.ks(cat), **boot)
     metrics = comparison_metrics(study, cat, seed)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-    return {"T_max": metrics["T_max"], "runs": {r: m["name"] for r, m in metrics["runs"].items()}}
+    return {
+        "T_max": metrics["T_max"],
+        "runs": {r: m["name"] for r, m in metrics["runs"].items()},
+        "floor": floor_names(study, cat),
+    }
 
 
 def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
@@ -69,7 +77,6 @@ def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
     from passkt.eval.estimator import surface
     from passkt.eval.noise import findings, noise_floor
     from passkt.eval.stats import compare
-    from passkt.eval.store import load_run
 
     tables = _load_tables(study, cat, seed)
     t_max = max(set.intersection(*(set(t.budgets) for t in tables.values())))
@@ -91,17 +98,22 @@ def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
     three_way["all"] = len(regions.ids(*names.values()))
     three_way["none"] = len(regions.ids())
     level = study.profile["stats"]["level"]
+    # The floor: every evaluation of the base and, with eval.floor_pretrain_seeds, of the same
+    # recipe pretrained with other seeds; the base's own repeats alone give the eval floor.
     repeats = [tables["base"]] + [
-        load_run(d)[1].with_name(f"base (eval {r})")
-        for r, d in enumerate(study.base_eval_dirs(cat)[1:], 1)
+        _eval_table(study, cat, folder).with_name(name)
+        for folder, name in study.floor_runs(cat)[1:]
     ]
+    own = len(study.base_eval_dirs(cat))
     ks = study.ks(cat)
     pairs = {}
-    floor = None
+    floor = eval_floor = None
     for role in study.trained_roles():
         cmp = compare(tables["base"], tables[role], ks=ks, budgets=[t_max], level=level)
         if floor is None and len(repeats) > 1:
             floor = noise_floor(repeats, cmp.ks, [t_max], t_max)
+            if own > 1 and len(repeats) > own:
+                eval_floor = noise_floor(repeats[:own], cmp.ks, [t_max], t_max)
         cross = cmp.crossover_at(t_max)
         regions2 = boundary_comparison(tables["base"], tables[role], t_max)
         bd = boundary_difference(tables["base"], tables[role], t_max, level)
@@ -130,14 +142,34 @@ def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
         "runs": runs,
         "venn": three_way,
         "vs_base": pairs,
-        "noise_floor": None
-        if floor is None
-        else {
-            "evaluations": len(repeats),
-            "max_abs_gap@1": float(floor.max_abs_gap[0, 0]),
-            "max_abs_gap@n": float(floor.max_abs_gap[-1, 0]),
-            "max_swap": floor.max_swap,
+        "noise_floor": _floor_summary(floor),
+        "eval_floor": _floor_summary(eval_floor),
+        "base_evaluations": {
+            t.name: {
+                "pass@1": s.value(1, t_max),
+                "pass@n": s.value(n, t_max),
+                "boundary": len(boundary_set(t, t_max)),
+            }
+            for t in repeats
+            for s in [surface(t.select_budgets([t_max]), sorted({1, n}))]
         },
+    }
+
+
+def _floor_summary(floor: Any) -> dict[str, Any] | None:
+    """What the report needs of a noise floor: its runs, the largest |gap| at k = 1 and k = n,
+    and the swap counts of every pair."""
+    if floor is None:
+        return None
+    return {
+        "evaluations": len(floor.names),
+        "names": list(floor.names),
+        "max_abs_gap@1": float(floor.max_abs_gap[0, 0]),
+        "max_abs_gap@n": float(floor.max_abs_gap[-1, 0]),
+        "max_swap": floor.max_swap,
+        "swaps": [
+            [a, b, sa, sb] for (a, b), (sa, sb) in zip(floor.pairs, floor.swaps, strict=True)
+        ],
     }
 
 

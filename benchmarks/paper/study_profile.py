@@ -61,6 +61,7 @@ DEFAULTS: dict[str, Any] = {
         "chunk_tasks": 0,
         "seed": 0,
         "base_repeats": 1,
+        "floor_pretrain_seeds": [],
         "n_per_category": {},
         "options": {},
     },
@@ -225,6 +226,7 @@ def check(profile: Mapping[str, Any], where: str) -> None:
     _positive_int(ev["n"], "eval.n", where)
     _positive_int(ev["max_new_tokens"], "eval.max_new_tokens", where)
     _positive_int(ev["base_repeats"], "eval.base_repeats", where)
+    _check_floor_seeds(profile, where)
     for cat, n in ev["n_per_category"].items():
         if cat not in categories:
             raise StudyError(f"{where}: eval.n_per_category names {cat!r}, not a category")
@@ -247,6 +249,31 @@ def check(profile: Mapping[str, Any], where: str) -> None:
         )
     if not set(profile["analyze"]["perplexity_of"]) <= {"base", "SFT", "RL", "RFT"}:
         raise StudyError(f"{where}: analyze.perplexity_of may name base, SFT, RL and RFT")
+
+
+def _check_floor_seeds(profile: Mapping[str, Any], where: str) -> None:
+    """``eval.floor_pretrain_seeds``: other pretraining seeds of the base recipe (noise floor)."""
+    seeds = profile["eval"]["floor_pretrain_seeds"]
+    if not isinstance(seeds, list) or not all(
+        isinstance(s, int) and not isinstance(s, bool) for s in seeds
+    ):
+        raise StudyError(f"{where}: eval.floor_pretrain_seeds must be a list of integers")
+    if not seeds:
+        return
+    pretrain = profile["base"].get("pretrain")
+    if pretrain is None:
+        raise StudyError(
+            f"{where}: eval.floor_pretrain_seeds needs a pretrained base ([base] pretrain = "
+            "{...}); a named model has no pretraining seed to vary"
+        )
+    from passkt.agents.testbed.pretrain import PretrainConfig
+
+    own = pretrain.get("seed", PretrainConfig.seed)
+    if len(set(seeds)) != len(seeds) or own in seeds:
+        raise StudyError(
+            f"{where}: eval.floor_pretrain_seeds {seeds} must be distinct and differ from the "
+            f"base's own pretraining seed (base.pretrain.seed = {own})"
+        )
 
 
 def _check_targets(profile: Mapping[str, Any], where: str) -> None:
@@ -346,6 +373,10 @@ def differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> list
 
 RECORD_KEYS = ("lr_trials", "description")
 """Profile keys that record what was done and configure nothing: a folder takes newer values."""
+FLOOR_KEYS = ("eval.floor_pretrain_seeds",)
+"""Profile keys that only add (or drop) base evaluations of the noise floor: a finished folder
+takes new values, its other results stay, and the stages that read the floor (compare, report)
+are made again."""
 
 
 def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict[str, Any]:
@@ -367,9 +398,10 @@ def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict
         stored["profile"] = json.loads(json.dumps(deep_merge(DEFAULTS, stored["profile"])))
         if requested is not None and stored["profile"] != requested:
             diffs = differences(stored["profile"], requested)
-            if all(d.split(":", 1)[0] in RECORD_KEYS for d in diffs):
+            if all(d.split(":", 1)[0] in RECORD_KEYS + FLOOR_KEYS for d in diffs):
                 # lr_trials / description record what was done; they configure nothing, so a
-                # folder takes the newer record (e.g. trials run after its base was pretrained)
+                # folder takes the newer record (e.g. trials run after its base was pretrained).
+                # More pretraining seeds for the floor add units and leave the others valid.
                 stored["profile"] = requested
                 _write_record(path, {**stored, "updated": sorted({d.split(":")[0] for d in diffs})})
                 return requested

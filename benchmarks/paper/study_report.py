@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from study_stages import ROLES, Study, read_done, run_name
+from study_stages import ROLES, Study, floor_names, read_done, run_name
 
 
 def make_report(study: Study) -> dict[str, Any]:
@@ -39,8 +39,9 @@ def make_report(study: Study) -> dict[str, Any]:
     report = out / "report.md"
     report.write_text("\n".join(parts), encoding="utf-8")
     figures = sorted(str(p.relative_to(out)) for p in (out / "figures").rglob("*.png"))
+    floor = {c: floor_names(study, c) for c in study.categories}
     return {"report": str(report), "figures": figures, "categories": study.categories,
-            "seeds": study.seeds}  # fmt: skip
+            "seeds": study.seeds, "floor": floor}  # fmt: skip
 
 
 def _units(study: Study) -> list[tuple[str, int]]:
@@ -125,35 +126,55 @@ def _overview(study: Study) -> str:
 
 
 def _targets(study: Study) -> str:
-    """Every evaluation of the base against the regime the profile aims at (``[targets.CAT]``,
-    stated before training): pass@1 and pass@(n, T_max), one row per evaluation seed."""
+    """Every evaluation of the base (and of the recipe's other pretraining seeds) against the
+    regime the profile aims at (``[targets.CAT]``, stated before training): pass@1 and
+    pass@(n, T_max) with their CIs (both variance sources), one row per evaluation."""
     from passkt.eval.estimator import surface
+    from passkt.eval.stats import surface_interval
     from passkt.eval.store import load_run
 
-    targets = study.profile["targets"]
+    targets, level = study.profile["targets"], study.profile["stats"]["level"]
+    own_seed = study.profile["base"].get("pretrain", {}).get("seed", 0)
     rows = []
     for cat in study.categories:
         t_max, n = max(study.budgets(cat)), study.n(cat)
         goal = targets.get(cat, {})
-        for folder in study.base_eval_dirs(cat):
+        runs = [(p, f) for p in (None, *study.floor_pretrain_seeds())
+                for f in study.base_eval_dirs(cat, p)]  # fmt: skip
+        for pretrain, folder in runs:
             manifest, table = load_run(folder)
-            surf = surface(table.select_budgets([t_max]), sorted({1, n}))
+            table = table.select_budgets([t_max])
+            ci = surface_interval(surface(table, sorted({1, n})), table.counts(), level)
             cells = []
-            for key, value in (("pass1", surf.value(1, t_max)), ("pass_n", surf.value(n, t_max))):
-                low, high = goal.get(key, (None, None))
-                inside = "" if low is None else (" (in)" if low <= value <= high else " (OUT)")
-                cells.append(f"{value:.3f}{inside}")
+            for i, key in enumerate(("pass1", "pass_n")):
+                value, low, high = ci.estimate[i, 0], ci.lower[i, 0], ci.upper[i, 0]
+                lo, hi = goal.get(key, (None, None))
+                inside = "" if lo is None else (" (in)" if lo <= value <= hi else " (OUT)")
+                cells.append(f"{value:.3f} [{low:.2f}, {high:.2f}]{inside}")
             wanted = [
                 f"{goal[k][0]}-{goal[k][1]}" if k in goal else "-" for k in ("pass1", "pass_n")
             ]
-            rows.append([cat, str(manifest.get("seed")), f"{n}, {t_max}", *cells, *wanted])
-    header = ["category", "eval seed", "n, T_max", "pass@1", "pass@(n, T_max)"]
-    header += ["target pass@1", "target pass@(n, T_max)"]
+            rows.append(
+                [cat, str(own_seed if pretrain is None else pretrain), str(manifest.get("seed")),
+                 f"{n}, {t_max}",
+                 *cells, *wanted]
+            )  # fmt: skip
+    header = ["category", "pretraining seed", "eval seed", "n, T_max", "pass@1"]
+    header += ["pass@(n, T_max)", "target pass@1", "target pass@(n, T_max)"]
+    others = study.floor_pretrain_seeds()
     intro = (
         "## Base against the target regime\n\nThe base's own metrics, per evaluation seed, against "
         "the ranges the profile states (`[targets]`, chosen before any training from the study's "
-        "base figures); the base is calibrated on these alone, never on RL or SFT outcomes.\n\n"
+        "base figures); the base is calibrated on these alone, never on RL or SFT outcomes. "
+        f"Brackets: {level:.0%} CIs over problems and samples.\n\n"
     )
+    if others:
+        intro += (
+            f"Rows of pretraining seed {', '.join(map(str, others))}: the same base recipe "
+            f"pretrained with another seed (`eval.floor_pretrain_seeds`); RL, SFT and RFT are "
+            f"trained from the pretraining seed {own_seed} base only, the others' evaluations "
+            "join the noise floor.\n\n"
+        )
     return intro + _table(header, rows)
 
 
@@ -174,14 +195,22 @@ def _lr_trials(study: Study) -> str:
 def _aggregate_intro(study: Study) -> str:
     repeats = int(study.profile["eval"]["base_repeats"])
     first = study.profile["eval"]["seed"]
+    others = study.floor_pretrain_seeds()
+    peers = (
+        f"; so is the same base recipe pretrained with seed(s) {', '.join(map(str, others))} "
+        "(the floor then also holds how much equally made bases differ; the 'eval floor' row "
+        "has the base's own evaluations alone)"
+        if others
+        else ""
+    )
     floor = (
         f"The base policy is evaluated {repeats} times (evaluation seeds {first}.."
-        f"{first + repeats - 1}); the differences between those "
+        f"{first + repeats - 1}){peers}; the differences between those "
         "evaluations are the noise floor, and a difference to base is counted as a finding only "
         "when it is significant after Holm's correction and larger than every base-vs-base "
         "difference (boundary: more problems only the trained policy solves than any base-vs-base "
         "swap count, with a CI of the size difference above 0)."
-        if repeats > 1
+        if repeats > 1 or others
         else "The base policy is evaluated once (eval.base_repeats = 1), so there is no noise "
         "floor and no difference is counted as a finding; set eval.base_repeats = 3 to get one."
     )
@@ -260,6 +289,17 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
                 *[floor] * len(trained),
             ]
         )
+        own = [m.get("eval_floor") for m, _ in rows]
+        if all(own):
+            own_text = (
+                f"|gap@1| {_spread([f['max_abs_gap@1'] for f in own])}, "
+                f"|gap@n| {_spread([f['max_abs_gap@n'] for f in own])}, "
+                f"swaps {_spread([f['max_swap'] for f in own], 0)}"
+            )
+            table.append(
+                ["eval floor (the base's own evaluations)", *["-"] * len(roles),
+                 *[own_text] * len(trained)]
+            )  # fmt: skip
         for key, label in (("gap@1", "pass@1"), ("gap@n", "pass@n"), ("boundary", "boundary")):
             counts = []
             for r in trained:

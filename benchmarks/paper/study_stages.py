@@ -5,7 +5,9 @@ Layout of a study folder ``OUT``::
     profile.json  timings.jsonl  logs/<stage>/<unit>.log (--jobs)
     splits/<cat>/{eval,train}.txt           task ids (matched data: every policy sees these)
     base/                                   testbed pretraining (model/), or done.json naming it
+    base-p<seed>/                           the base recipe at another pretraining seed (floor)
     eval/<cat>/base/                        evaluation runs (manifest.json, results.jsonl)
+    eval/<cat>/base-eval<r>/, base-p<seed>[-eval<r>]/   the base evaluations of the noise floor
     eval/<cat>/{sft,rl,rft}-seed<s>/        (rft: only when the profile's methods list it)
     train/{sft,grpo,rft}/<cat>/seed<s>/     trainer runs (checkpoint-STEP/, metrics.jsonl)
     compare/<cat>/seed<s>/                  gap tables and figures, Venn, metrics.json
@@ -62,13 +64,34 @@ class Study:
     def eval_dir(self, cat: str, role: str, seed: int | None = None) -> Path:
         return self.out / "eval" / cat / (role if seed is None else f"{role}-seed{seed}")
 
-    def base_eval_dirs(self, cat: str) -> list[Path]:
-        """The base evaluation and its repeats (``eval.base_repeats``; eval seed + r): the
-        repeats make the noise floor every trained-vs-base result is read against."""
+    def floor_pretrain_seeds(self) -> list[int]:
+        """Other pretraining seeds of the base recipe, pretrained and evaluated for the floor."""
+        return list(self.profile["eval"]["floor_pretrain_seeds"])
+
+    def floor_base_dir(self, pretrain_seed: int) -> Path:
+        return self.out / f"base-p{pretrain_seed}"
+
+    def base_eval_dirs(self, cat: str, pretrain_seed: int | None = None) -> list[Path]:
+        """The evaluations of the base (or of the base recipe at another pretraining seed): the
+        first and its repeats (``eval.base_repeats``; evaluation seed + r)."""
         repeats = int(self.profile["eval"]["base_repeats"])
-        return [self.eval_dir(cat, "base")] + [
-            self.out / "eval" / cat / f"base-eval{r}" for r in range(1, repeats)
+        stem = "base" if pretrain_seed is None else f"base-p{pretrain_seed}"
+        return [self.out / "eval" / cat / stem] + [
+            self.out / "eval" / cat / f"{stem}-eval{r}" for r in range(1, repeats)
         ]
+
+    def floor_runs(self, cat: str) -> list[tuple[Path, str]]:
+        """``(folder, name)`` of every base evaluation of the noise floor that trained-vs-base
+        results are read against: the base and its repeats, then each
+        ``eval.floor_pretrain_seeds`` base and its repeats."""
+        return [
+            (folder, base_name(p, r))
+            for p in (None, *self.floor_pretrain_seeds())
+            for r, folder in enumerate(self.base_eval_dirs(cat, p))
+        ]
+
+    def floor_eval_dirs(self, cat: str) -> list[Path]:
+        return [folder for folder, _ in self.floor_runs(cat)]
 
     def train_dir(self, method: str, cat: str, seed: int) -> Path:
         return self.out / "train" / method / cat / f"seed{seed}"
@@ -118,8 +141,9 @@ class Study:
         path = self.splits_dir(cat) / f"{part}.txt"
         return [line for line in path.read_text(encoding="utf-8").splitlines() if line]
 
-    def base_model(self) -> str:
-        return self._model(read_done(self.base_dir, "base"))
+    def base_model(self, pretrain_seed: int | None = None) -> str:
+        folder = self.base_dir if pretrain_seed is None else self.floor_base_dir(pretrain_seed)
+        return self._model(read_done(folder, "base"))
 
     def trained_model(self, method: str, cat: str, seed: int) -> str:
         return self._model(read_done(self.train_dir(method, cat, seed), "train"))
@@ -153,6 +177,12 @@ def read_done(folder: Path, stage: str) -> dict[str, Any]:
 def run_name(role: str, seed: int | None) -> str:
     """``base``, ``SFT s0``, ``RL s0``: the names in tables and legends."""
     return role if seed is None else f"{role} s{seed}"
+
+
+def base_name(pretrain_seed: int | None = None, repeat: int = 0) -> str:
+    """``base``, ``base (eval 1)``, ``base p1``, ``base p1 (eval 1)``: the floor's run names."""
+    name = "base" if pretrain_seed is None else f"base p{pretrain_seed}"
+    return name + (f" (eval {repeat})" if repeat else "")
 
 
 @dataclass(frozen=True, eq=False)
@@ -227,14 +257,20 @@ def _check_disjoint(cat: str, eval_tasks: list, train_tasks: list) -> None:
 # ---------------------------------------------------------------------- base
 
 
-def make_base(study: Study) -> dict[str, Any]:
-    """Pretrain the testbed base (resuming), or name the profile's model."""
+def make_base(study: Study, pretrain_seed: int | None = None) -> dict[str, Any]:
+    """Pretrain the testbed base (resuming), or name the profile's model.
+
+    ``pretrain_seed``: the same recipe at another seed, in ``base-p<seed>/`` (noise floor only).
+    """
     base = study.profile["base"]
     if "model" in base:
         return {"model": base["model"]}
     from passkt.agents.testbed.pretrain import PretrainConfig, pretrain
 
-    config = PretrainConfig.from_dict({**base["pretrain"], "output_dir": str(study.base_dir)})
+    fields = {**base["pretrain"], "output_dir": str(study.base_dir)}
+    if pretrain_seed is not None:
+        fields.update(seed=pretrain_seed, output_dir=str(study.floor_base_dir(pretrain_seed)))
+    config = PretrainConfig.from_dict(fields)
     result = pretrain(config, resume=True)
     return {
         "model": study.relative(result.model_dir),
@@ -248,20 +284,29 @@ def make_base(study: Study) -> dict[str, Any]:
 
 
 def make_eval(
-    study: Study, cat: str, role: str, seed: int | None, repeat: int = 0
+    study: Study,
+    cat: str,
+    role: str,
+    seed: int | None,
+    repeat: int = 0,
+    pretrain_seed: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate the base or a trained policy on the category's eval split (resuming).
 
-    ``repeat`` r > 0 evaluates the base again with evaluation seed ``eval.seed + r``.
+    ``repeat`` r > 0 evaluates the base again with evaluation seed ``eval.seed + r``;
+    ``pretrain_seed`` evaluates the base recipe pretrained with that seed instead (the floor).
     """
     from passkt.agents.policy import SamplingParams
     from passkt.eval.evaluate import evaluate
 
     ev = study.profile["eval"]
     if role == "base":
-        model = study.base_model()
+        model = study.base_model(pretrain_seed)
+        out_dir = study.base_eval_dirs(cat, pretrain_seed)[repeat]
+        name = base_name(pretrain_seed, repeat)
     else:
         model = study.trained_model(METHOD_OF[role], cat, seed)
+        out_dir, name = study.eval_dir(cat, role.lower(), seed), run_name(role, seed)
     env_id, kwargs = study.env(cat)
     params = SamplingParams(
         temperature=ev["temperature"],
@@ -278,18 +323,16 @@ def make_eval(
         ks=study.ks(cat),
         split="test",
         task_ids=study.task_ids(cat, "eval"),
-        out_dir=study.base_eval_dirs(cat)[repeat]
-        if repeat
-        else study.eval_dir(cat, role.lower(), seed),
+        out_dir=out_dir,
         resume=True,
         seed=ev["seed"] + repeat,
         params=params,
         chunk_tasks=ev["chunk_tasks"] or None,
         policy_options=ev["options"],
-        name=run_name(role, seed) + (f" (eval {repeat})" if repeat else ""),
+        name=name,
     )
     return {
-        "name": run_name(role, seed) + (f" (eval {repeat})" if repeat else ""),
+        "name": name,
         "policy": f"{ev['backend']}:{model}",
         "chunks_run": run.chunks_run,
         "episodes": run.stats.episodes,
@@ -368,7 +411,7 @@ def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, A
 
 
 def _eval_needs(study: Study, cat: str, seed: int) -> tuple[tuple[str, Path], ...]:
-    needs = [("eval-base", folder) for folder in study.base_eval_dirs(cat)]
+    needs = [("eval-base", folder) for folder in study.floor_eval_dirs(cat)]
     needs += [("eval-trained", study.eval_dir(cat, r.lower(), seed)) for r in study.trained_roles()]
     return tuple(needs)
 
@@ -382,17 +425,26 @@ def stage_units(study: Study, stage: str) -> list[Unit]:
     if stage == "splits":
         return [Unit(c, study.splits_dir(c), lambda c=c: make_splits(study, c)) for c in cats]
     if stage == "base":
-        return [Unit("base", study.base_dir, lambda: make_base(study))]
+        floor = study.floor_pretrain_seeds()
+        return [Unit("base", study.base_dir, lambda: make_base(study))] + [
+            Unit(f"base-p{p}", study.floor_base_dir(p), lambda p=p: make_base(study, p))
+            for p in floor
+        ]
     if stage == "eval-base":
+        bases = [None, *study.floor_pretrain_seeds()]
         return [
             Unit(
-                f"{c}/base" + (f"-eval{r}" if r else ""),
+                f"{c}/{folder.name}",
                 folder,
-                lambda c=c, r=r: make_eval(study, c, "base", None, repeat=r),
-                (("splits", study.splits_dir(c)), ("base", study.base_dir)),
+                lambda c=c, r=r, p=p: make_eval(study, c, "base", None, repeat=r, pretrain_seed=p),
+                (
+                    ("splits", study.splits_dir(c)),
+                    ("base", study.base_dir if p is None else study.floor_base_dir(p)),
+                ),
             )
+            for p in bases
             for c in cats
-            for r, folder in enumerate(study.base_eval_dirs(c))
+            for r, folder in enumerate(study.base_eval_dirs(c, p))
         ]
     if stage == "train":
         # GRPO first: it is the slow one, so with --jobs the SFT runs fill in around it.
@@ -421,6 +473,10 @@ def stage_units(study: Study, stage: str) -> list[Unit]:
             for m in study.methods()
         ]
     if stage in ("compare", "analyze"):
+        if stage == "compare":
+            for c in cats:
+                for s in seeds:
+                    _forget_other_floor(study, c, study.compare_dir(c, s))
         folder, make = {
             "compare": (study.compare_dir, make_comparison),
             "analyze": (study.analysis_dir, make_analysis),
@@ -444,9 +500,29 @@ def stage_units(study: Study, stage: str) -> list[Unit]:
 
 
 def _forget_other_report(study: Study) -> None:
-    """A report made for other categories or seeds is made again (it takes seconds)."""
+    """A report made for other categories or seeds, or with another noise floor, is made again
+    (it takes seconds)."""
     marker = study.report_dir / "done.json"
     if marker.is_file():
         done = json.loads(marker.read_text(encoding="utf-8"))
-        if (done.get("categories"), done.get("seeds")) != (study.categories, study.seeds):
+        made_for = (done.get("categories"), done.get("seeds"), done.get("floor", {}))
+        floor = {c: floor_names(study, c) for c in study.categories}
+        if made_for != (study.categories, study.seeds, floor):
+            marker.unlink()
+
+
+def floor_names(study: Study, cat: str) -> list[str]:
+    """The floor's evaluations of a category, as a compare or report done.json records them."""
+    return [study.relative(folder) for folder in study.floor_eval_dirs(cat)]
+
+
+def _forget_other_floor(study: Study, cat: str, folder: Path) -> None:
+    """A comparison read against another set of base evaluations (``eval.floor_pretrain_seeds``
+    changed) is made again. Comparisons made before the floor was recorded had the base's own
+    repeats, which is what ``floor_pretrain_seeds = []`` gives."""
+    marker = folder / "done.json"
+    if marker.is_file():
+        done = json.loads(marker.read_text(encoding="utf-8"))
+        recorded = done.get("floor", [study.relative(f) for f in study.base_eval_dirs(cat)])
+        if recorded != floor_names(study, cat):
             marker.unlink()

@@ -8,10 +8,9 @@ noise floor (the largest base-vs-base boundary swap of that study's repeated bas
 
     python benchmarks/paper/sweep.py runs/nano runs/micro runs/micro-long --out runs/sweep
 
-Two pretraining seeds of one recipe are two folders (``--set base.pretrain.seed=1``); they show
-as two points at their own base pass@1, so the spread between them is visible, not averaged
-away. Writes ``OUT/sweep.md`` (the table, the per-stage cost of every study) and
-``OUT/sweep_<cat>.png``.
+A study with ``eval.floor_pretrain_seeds`` has the base recipe's other pretraining seeds in its
+floor, so its grey bar is the larger of the two noises (evaluation and pretraining seed). Writes
+``OUT/sweep.md`` (the table, the per-stage cost of every study) and ``OUT/sweep_<cat>.png``.
 """
 
 from __future__ import annotations
@@ -44,7 +43,8 @@ class Point:
     base_passn: float
     base_boundary: int
     floor: int | None
-    """Largest base-vs-base swap count (None: the study evaluated its base once)."""
+    """Largest base-vs-base swap count (None: the study evaluated its base once), pretraining
+    seeds of the floor included."""
     changes: dict[str, list[int]]
     """Trained kind -> boundary change (trained - base) per training seed."""
 

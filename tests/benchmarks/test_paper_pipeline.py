@@ -179,6 +179,51 @@ def test_lost_work_is_redone_without_duplicates(finished):
     assert json.loads((train_dir / "done.json").read_text())["steps"] == 1
 
 
+@pytest.mark.slow
+def test_pretraining_seeds_of_the_base_join_the_noise_floor(finished, tmp_path):
+    """``eval.floor_pretrain_seeds`` added to a finished study: the base recipe is pretrained
+    again with seed 1 and evaluated twice; nothing trained is redone, the comparisons and the
+    report are, and their floor holds all four base evaluations (swaps recounted here)."""
+    from passkt.eval.boundary import boundary_set
+    from passkt.eval.store import load_run
+
+    out = tmp_path / "study"
+    shutil.copytree(finished[0], out)
+    ran = study.run(["all", "--out", str(out), "--set", "eval.floor_pretrain_seeds=[1]"]).ran
+    assert ran["base"] == ["base-p1"] and ran["train"] == [] and ran["eval-trained"] == []
+    assert sorted(ran["eval-base"]) == sorted(
+        f"{c}/base-p1{r}" for c in CATS for r in ("", "-eval1")
+    )
+    assert sorted(ran["compare"]) == [f"{c}/s0" for c in CATS] and ran["analyze"] == []
+    assert ran["report"] == ["report"]
+    config = json.loads((out / "base-p1/pretrain_config.json").read_text())
+    assert config["seed"] == 1 and config["max_steps"] == 5
+    first = (out / "base/model/model.safetensors").read_bytes()
+    assert (out / "base-p1/model/model.safetensors").read_bytes() != first  # another seed
+    for cat in CATS:
+        folders = ["base", "base-eval1", "base-p1", "base-p1-eval1"]
+        manifests = [json.loads((out / f"eval/{cat}/{f}/manifest.json").read_text())
+                     for f in folders]  # fmt: skip
+        assert [m["seed"] for m in manifests] == [0, 1, 0, 1]
+        assert manifests[2]["policy"] == f"lean:{(out / 'base-p1/model').resolve()}"
+        metrics = json.loads((out / f"compare/{cat}/seed0/metrics.json").read_text())
+        floor, own = metrics["noise_floor"], metrics["eval_floor"]
+        assert floor["names"] == ["base", "base (eval 1)", "base p1", "base p1 (eval 1)"]
+        assert own["names"] == floor["names"][:2] and len(floor["swaps"]) == 6
+        t_max = metrics["T_max"]
+        solved = [boundary_set(load_run(out / f"eval/{cat}/{f}")[1], t_max) for f in folders]
+        swaps = [max(len(a - b), len(b - a)) for i, a in enumerate(solved) for b in solved[i + 1 :]]
+        assert floor["max_swap"] == max(swaps) and own["max_swap"] == swaps[0]
+        written = json.loads((out / f"compare/{cat}/seed0/noise_floor.json").read_text())
+        assert len(written["names"]) == 4 and written["max_swap"] == max(swaps)
+    text = (out / "report/report.md").read_text()
+    assert "pretrained with seed(s) 1" in text and "eval floor (the base's own evaluations)" in text
+    rows = [r.split(" | ") for r in text.splitlines() if r.startswith("| C | ") and "| 2, 5 |" in r]
+    assert [(r[1], r[2]) for r in rows] == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]
+    again = study.run(["all", "--out", str(out)]).ran  # the stored profile took the new seeds
+    assert all(units == [] for units in again.values())
+
+
 # ---------------------------------------------------------------------- bad input
 
 
@@ -367,11 +412,13 @@ def test_the_on_policy_control_is_a_third_trained_kind(tmp_path):
     text = (out / "report/report.md").read_text()
     assert "RFT s0" in text and "RFT − base" in text and "n per category: {'C': 3}" in text
     assert metrics["n"] == 3
-    # Both base evaluations (eval seeds 0, 1) against the targets; pass@1 lies in [0, 1].
+    # Both base evaluations (pretraining seed 0; eval seeds 0, 1) against the targets, with
+    # CIs; pass@1 lies in [0, 1].
     rows = [line for line in text.splitlines() if line.startswith("| C | ")]
-    target_rows = [r for r in rows if "| 3, 5 |" in r]
-    assert [r.split(" | ")[1] for r in target_rows] == ["0", "1"]
-    assert all("(in)" in r.split(" | ")[3] and "0.7-0.85" in r for r in target_rows)
+    target_rows = [r.split(" | ") for r in rows if "| 3, 5 |" in r]
+    assert [(r[1], r[2]) for r in target_rows] == [("0", "0"), ("0", "1")]
+    assert all(re.fullmatch(r"[\d.]+ \[[\d.]+, [\d.]+\] \(in\)", r[4]) for r in target_rows)
+    assert all(r[6] == "0.0-1.0" and r[7] == "0.7-0.85 |" for r in target_rows)
     assert "- SFT 3e-4: expert NLL 0.12 in 10 epochs" in text
     rerun = ["train", "--out", str(out), "--method", "rft", "--categories", "C"]
     assert study.run(rerun).ran["train"] == []
@@ -388,6 +435,9 @@ def test_methods_and_per_category_n_are_checked(tmp_path):
         ("targets.D={pass1 = [0.3, 0.4]}", "[targets.D] must name a category"),
         ("targets.C={pass1 = [0.4, 0.3]}", "targets.C.pass1 must be [low, high] in [0, 1]"),
         ("targets.C={pass2 = [0.3, 0.4]}", "unknown key 'pass2'"),
+        ("eval.floor_pretrain_seeds=[0]", "differ from the base's own pretraining seed"),
+        ("eval.floor_pretrain_seeds=[1, 1]", "must be distinct"),
+        ("eval.floor_pretrain_seeds=['1']", "must be a list of integers"),
     ):
         sets = ["--set", setting, "--set", "methods=['sft', 'grpo', 'rft']"]
         if setting.startswith("methods"):

@@ -192,6 +192,25 @@ def test_compare_with_noise_floor(tmp_path, capsys):
         ["compare", str(runs["h0"]), str(runs["oracle"]), "--repeats", str(runs["h0"])],
         "evaluation seed 0 was already used",
     )
+    # A peer (another policy evaluated the same way, e.g. a base pretrained with another seed)
+    # joins the floor. With the oracle itself as the peer, the floor holds the oracle's whole
+    # gain, so none of it is a finding any more.
+    code, out, err = run_cli(capsys, *argv[:3], "--out", str(tmp_path / "c3"), "--repeats",
+                             str(runs["h1"]), "--peers", str(runs["oracle"]))  # fmt: skip
+    assert code == 0, err
+    floor = json.loads((tmp_path / "c3" / "noise_floor.json").read_text())
+    assert len(floor["names"]) == 3 and len(floor["pairs"]) == 3
+    assert "evaluations of the same policy and of others made the same way" in out
+    findings = out.split("**Findings outside the noise floor**")[1].splitlines()[0]
+    assert "gap cells significant after Holm and larger than every base-vs-base gap: none" in (
+        findings
+    )
+    assert findings.endswith("not a finding.")
+    assert_one_line_error(
+        capsys,
+        ["compare", str(runs["h0"]), str(runs["oracle"]), "--peers", str(runs["h1"])],
+        "give it as --repeats",
+    )
     assert_one_line_error(
         capsys,
         ["compare", str(runs["h0"]), str(runs["oracle"]), "--headline", "gap@3,5"],
