@@ -277,29 +277,19 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
     )
     floors = [m.get("noise_floor") for m, _ in rows]
     if all(floors):
-        floor = (
-            f"|gap@1| {_spread([f['max_abs_gap@1'] for f in floors])}, "
-            f"|gap@n| {_spread([f['max_abs_gap@n'] for f in floors])}, "
-            f"swaps {_spread([f['max_swap'] for f in floors], 0)}"
-        )
-        table.append(
-            [
-                "noise floor (max over base-vs-base pairs)",
-                *["-"] * len(roles),
-                *[floor] * len(trained),
-            ]
-        )
-        own = [m.get("eval_floor") for m, _ in rows]
-        if all(own):
-            own_text = (
-                f"|gap@1| {_spread([f['max_abs_gap@1'] for f in own])}, "
-                f"|gap@n| {_spread([f['max_abs_gap@n'] for f in own])}, "
-                f"swaps {_spread([f['max_swap'] for f in own], 0)}"
+        for key, label in (
+            ("noise_floor", "noise floor (max over base-vs-base pairs)"),
+            ("eval_floor", "eval floor (the base's own evaluations)"),
+        ):
+            values = [m.get(key) for m, _ in rows]
+            if not all(values):
+                continue  # eval_floor: only when other pretraining seeds are in the floor
+            text = (
+                f"|gap@1| {_spread([f['max_abs_gap@1'] for f in values])}, "
+                f"|gap@n| {_spread([f['max_abs_gap@n'] for f in values])}, "
+                f"swaps {_spread([f['max_swap'] for f in values], 0)}"
             )
-            table.append(
-                ["eval floor (the base's own evaluations)", *["-"] * len(roles),
-                 *[own_text] * len(trained)]
-            )  # fmt: skip
+            table.append([label, *["-"] * len(roles), *[text] * len(trained)])
         for key, label in (("gap@1", "pass@1"), ("gap@n", "pass@n"), ("boundary", "boundary")):
             counts = []
             for r in trained:
