@@ -9,7 +9,8 @@ it is outside that floor:
 - a gap cell: significant after Holm's correction *and* larger in size than the same cell's gap
   in every base-vs-base pair;
 - the boundary: more problems only the trained policy solves than the largest one-sided swap
-  count of any base-vs-base pair, *and* a boundary difference whose CI excludes 0.
+  count of any base-vs-base pair, *and* a boundary difference whose CI is above 0 (a gain); or,
+  mirrored, more problems only the base solves and a CI below 0 (a loss: the boundary narrowed).
 
 With R repeats there are R (R - 1) / 2 pairs; two or three repeats give a rough floor, so the
 report prints the floor itself next to every result for the reader to judge.
@@ -142,10 +143,15 @@ class Findings(Record):
     """Which differences of one comparison lie outside the noise floor.
 
     Attributes:
-        cells: ``(k, T)`` of the gap cells that are findings.
+        cells: ``(k, T)`` of the gap cells that are findings (either sign).
         boundary: Whether the trained run's boundary gain is a finding.
         only_b: Problems only run b solves at the boundary budget.
         max_swap: The floor's largest one-sided swap count.
+        of: What the floor's runs evaluate (for the sentence).
+        loss: Whether run b's boundary *loss* is a finding (the same rule, mirrored: more
+            problems only run a solves than any base-vs-base swap count, and a CI of the size
+            difference below 0).
+        only_a: Problems only run a (the reference) solves.
     """
 
     cells: tuple[tuple[int, int], ...]
@@ -153,21 +159,32 @@ class Findings(Record):
     only_b: int
     max_swap: int
     of: str = "the same policy"
+    loss: bool = False
+    only_a: int = 0
 
     def to_markdown(self, name_b: str, name_a: str) -> str:
         """One paragraph: what of ``name_b - name_a`` is a finding, and why the rest is not."""
         listed = ", ".join(f"(k={k}, T={t})" for k, t in self.cells) or "none"
-        verdict = "a finding" if self.boundary else "not a finding"
+        gain = "a finding" if self.boundary else "not a finding"
+        loss = "a finding" if self.loss else "not a finding"
         return (
             f"**Findings outside the noise floor** ({name_b} vs {name_a}): gap cells "
             f"significant after Holm and larger than every base-vs-base gap: {listed}. "
-            f"Boundary: {self.only_b} problem(s) only {name_b} solves, against at most "
-            f"{self.max_swap} between evaluations of {self.of}: {verdict}.\n"
+            f"Boundary: {self.only_b} problem(s) only {name_b} solves and {self.only_a} only "
+            f"{name_a} solves, against at most {self.max_swap} between evaluations of "
+            f"{self.of}: the gain is {gain}, the loss is {loss}.\n"
         )
 
 
-def findings(cmp: Comparison, floor: NoiseFloor, bd: BoundaryDifference, only_b: int) -> Findings:
-    """The differences of ``cmp`` (and its boundary ``bd``) that are outside ``floor``."""
+def findings(
+    cmp: Comparison, floor: NoiseFloor, bd: BoundaryDifference, only_b: int, only_a: int = 0
+) -> Findings:
+    """The differences of ``cmp`` (and its boundary ``bd``) that are outside ``floor``.
+
+    ``only_b`` / ``only_a``: problems solved at the boundary budget by one run and never by the
+    other (``boundary_comparison``); a gain needs ``only_b`` above the floor's largest swap
+    count and a CI of the size difference above 0, a loss the mirror image.
+    """
     if floor.ks != cmp.ks or floor.budgets != cmp.budgets or floor.budget != bd.budget:
         raise ValueError(
             f"the noise floor's grid (ks={floor.ks}, T={floor.budgets}, boundary T="
@@ -176,5 +193,8 @@ def findings(cmp: Comparison, floor: NoiseFloor, bd: BoundaryDifference, only_b:
         )
     outside = cmp.significant & (np.abs(cmp.gap) > floor.max_abs_gap)
     cells = tuple((cmp.ks[i], cmp.budgets[j]) for i, j in zip(*np.nonzero(outside), strict=True))
-    boundary = only_b > floor.max_swap and bd.difference_lower > 0
-    return Findings(cells, bool(boundary), int(only_b), floor.max_swap, floor.of)
+    gain = only_b > floor.max_swap and bd.difference_lower > 0
+    loss = only_a > floor.max_swap and bd.difference_upper < 0
+    return Findings(
+        cells, bool(gain), int(only_b), floor.max_swap, floor.of, bool(loss), int(only_a)
+    )

@@ -273,7 +273,8 @@ def write_comparison(
         bd = boundary_difference(a, b, t_bound, level)
         boundary = boundary_difference_markdown(bd) + "\n" + boundary_markdown(bc)
         if floor is not None:
-            boundary += "\n" + findings(cmp, floor, bd, len(bc.only_b)).to_markdown(b.name, a.name)
+            found = findings(cmp, floor, bd, len(bc.only_b), len(bc.only_a))
+            boundary += "\n" + found.to_markdown(b.name, a.name)
         parts += [comparison_markdown(cmp), boundary]
         write(f"gap_{stem}.md", parts[-2])
         write(f"gap_{stem}.csv", comparison_csv(cmp))

@@ -117,7 +117,11 @@ def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
         cross = cmp.crossover_at(t_max)
         regions2 = boundary_comparison(tables["base"], tables[role], t_max)
         bd = boundary_difference(tables["base"], tables[role], t_max, level)
-        found = None if floor is None else findings(cmp, floor, bd, len(regions2.only_b))
+        found = (
+            None
+            if floor is None
+            else findings(cmp, floor, bd, len(regions2.only_b), len(regions2.only_a))
+        )
         pairs[role] = {
             "gap@1_significant": bool(cmp.significant[0, 0]),
             "gap@n_significant": bool(cmp.significant[-1, 0]),
@@ -125,6 +129,7 @@ def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
             "finding_gap@1": None if found is None else (cmp.ks[0], t_max) in found.cells,
             "finding_gap@n": None if found is None else (cmp.ks[-1], t_max) in found.cells,
             "finding_boundary": None if found is None else found.boundary,
+            "finding_boundary_loss": None if found is None else found.loss,
             "gap@1": runs[role]["pass@1"] - runs["base"]["pass@1"],
             "gap@n": runs[role]["pass@n"] - runs["base"]["pass@n"],
             "crossover_k": cross.k,

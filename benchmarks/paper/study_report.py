@@ -208,8 +208,9 @@ def _aggregate_intro(study: Study) -> str:
         f"{first + repeats - 1}){peers}; the differences between those "
         "evaluations are the noise floor, and a difference to base is counted as a finding only "
         "when it is significant after Holm's correction and larger than every base-vs-base "
-        "difference (boundary: more problems only the trained policy solves than any base-vs-base "
-        "swap count, with a CI of the size difference above 0)."
+        "difference (boundary gain: more problems only the trained policy solves than any "
+        "base-vs-base swap count, with a CI of the size difference above 0; a loss mirrored: more "
+        "problems only the base solves, a CI below 0)."
         if repeats > 1 or others
         else "The base policy is evaluated once (eval.base_repeats = 1), so there is no noise "
         "floor and no difference is counted as a finding; set eval.base_repeats = 3 to get one."
@@ -230,7 +231,7 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
         return [m["runs"][role][key] for m, _ in rows]
 
     def pair(role: str, key: str) -> list[float | None]:
-        return [m["vs_base"][role][key] for m, _ in rows]
+        return [m["vs_base"][role].get(key) for m, _ in rows]  # None: not in older metrics
 
     def diversity(role: str) -> list[float | None]:
         return [a.get("diversity", {}).get(role, {}).get("mean_unique") for _, a in rows]
@@ -290,12 +291,18 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
                 f"swaps {_spread([f['max_swap'] for f in values], 0)}"
             )
             table.append([label, *["-"] * len(roles), *[text] * len(trained)])
-        for key, label in (("gap@1", "pass@1"), ("gap@n", "pass@n"), ("boundary", "boundary")):
+        for key, label in (
+            ("gap@1", "pass@1 difference is a finding"),
+            ("gap@n", "pass@n difference is a finding"),
+            ("boundary", "boundary gain is a finding"),
+            ("boundary_loss", "boundary loss is a finding"),
+        ):
             counts = []
             for r in trained:
-                hits = [bool(h) for h in pair(r, f"finding_{key}")]
-                counts.append(f"{sum(hits)}/{len(hits)} seeds")
-            table.append([f"{label} difference is a finding", *["-"] * len(roles), *counts])
+                hits = pair(r, f"finding_{key}")
+                known = None not in hits
+                counts.append(f"{sum(map(bool, hits))}/{len(hits)} seeds" if known else "-")
+            table.append([label, *["-"] * len(roles), *counts])
     crossings = []
     for r in trained:
         ks = pair(r, "crossover_k")

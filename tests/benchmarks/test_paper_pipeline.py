@@ -120,7 +120,11 @@ def test_compare_analyze_and_report_use_the_runs(finished):
         assert (repeat["seed"], base["seed"]) == (1, 0) and repeat["task_ids"] == base["task_ids"]
         assert metrics["noise_floor"]["evaluations"] == 2
         assert (out / f"compare/{cat}/seed0/noise_floor.md").is_file()
-        assert set(metrics["vs_base"]["RL"]) >= {"finding_gap@1", "finding_boundary"}
+        assert set(metrics["vs_base"]["RL"]) >= {
+            "finding_gap@1",
+            "finding_boundary",
+            "finding_boundary_loss",
+        }
         analysis = json.loads((out / f"analysis/{cat}/seed0/analysis.json").read_text())
         assert set(analysis["perplexity"]) == {"RL", "SFT", "base"}
         assert ("diversity" in analysis) == (cat != "A")  # math has no queries
@@ -128,7 +132,8 @@ def test_compare_analyze_and_report_use_the_runs(finished):
             assert analysis["diversity"]["RL"]["n"] == 2
     report = out / "report" / "report.md"
     text = report.read_text()
-    for name in ("RL s0", "SFT s0", "## Seed aggregate", "## Cost", "## Profile", "noise floor"):
+    for name in ("RL s0", "SFT s0", "## Seed aggregate", "## Cost", "## Profile", "noise floor",
+                 "| boundary loss is a finding | - | - | - | 0/1 seeds"):  # fmt: skip
         assert name in text
     for cat in CATS:
         assert f"## Category {cat}" in text

@@ -44,10 +44,15 @@ def test_a_gain_of_a_floor_sized_difference_is_not_a_finding() -> None:
                                   (simulate(np.sqrt(probs), 10, "better"), True)):  # fmt: skip
         cmp = compare(base[0], other, ks=KS)
         bd = boundary_difference(base[0], other, 5)
-        only_b = len(boundary_comparison(base[0], other, 5).only_b)
-        found = findings(cmp, floor, bd, only_b)
+        regions = boundary_comparison(base[0], other, 5)
+        found = findings(cmp, floor, bd, len(regions.only_b), len(regions.only_a))
         assert bool(found.cells) == expect_finding, found
-        assert found.boundary == expect_finding
+        assert found.boundary == expect_finding and not found.loss
+        # Mirrored: the base against the better policy has lost its boundary, not gained it.
+        back = findings(compare(other, base[0], ks=KS), noise_floor(base, KS, (5,), 5),
+                        boundary_difference(other, base[0], 5), len(regions.only_a),
+                        len(regions.only_b))  # fmt: skip
+        assert back.loss == expect_finding and not back.boundary
         for k, _ in found.cells:
             i = KS.index(k)
             assert abs(cmp.gap[i, 0]) > floor.max_abs_gap[i, 0] and cmp.significant[i, 0]
