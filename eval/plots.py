@@ -112,16 +112,24 @@ def _label_panels(axes: Sequence, used: int, cols: int, ylabel: str) -> None:
 def figure_surface_heatmap(surf: Surface, digits: int = 2, title: str | None = None) -> Figure:
     """The PASS@(k,T) heatmap: k on x (1, 2, 4, ...), T on y, annotated cells, fixed [0, 1] scale.
 
+    A dense k grid (more than :data:`DENSE_KS` points, e.g. k = 1..64) shows its powers of two
+    and its largest k, as the Markdown tables do; the pass curves show every k.
+
     Args:
         surf: The surface to draw.
         digits: Decimals of the cell annotations.
         title: Figure title; default names the run, problems and n.
     """
-    num_k, num_t = len(surf.ks), len(surf.budgets)
+    ks = list(surf.ks)
+    columns = [
+        i for i, k in enumerate(ks) if len(ks) <= DENSE_KS or k & (k - 1) == 0 or k == ks[-1]
+    ]
+    shown = [ks[i] for i in columns]
+    num_k, num_t = len(shown), len(surf.budgets)
     fig = _new_figure(1.6 + 0.72 * num_k, 1.5 + 0.5 * max(num_t, 2), layout="constrained")
     ax = fig.add_subplot()
     cmap, norm = colormaps[HEATMAP_CMAP], Normalize(0.0, 1.0)
-    data = surf.values.T  # (T, K): rows are budgets
+    data = surf.values[columns].T  # (T, K): rows are budgets
     image = ax.imshow(data, cmap=cmap, norm=norm, origin="lower", aspect="auto")
     fontsize = 9 if num_k <= 8 else 7
     for j in range(num_t):
@@ -138,7 +146,7 @@ def figure_surface_heatmap(surf: Surface, digits: int = 2, title: str | None = N
                 fontsize=fontsize,
                 color="black" if luminance > 0.5 else "white",
             )
-    ax.set_xticks(range(num_k), [str(k) for k in surf.ks])
+    ax.set_xticks(range(num_k), [str(k) for k in shown])
     ax.set_yticks(range(num_t), [str(t) for t in surf.budgets])
     ax.set_xlabel("k (samples per problem)")
     ax.set_ylabel("T (max tool calls)")

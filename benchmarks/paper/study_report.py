@@ -38,6 +38,8 @@ def make_report(study: Study) -> dict[str, Any]:
     parts += [_cost(study), _profile(study)]
     report = out / "report.md"
     report.write_text("\n".join(parts), encoding="utf-8")
+    for png in (out / "figures").rglob("*.png"):
+        compact_png(png)
     figures = sorted(str(p.relative_to(out)) for p in (out / "figures").rglob("*.png"))
     floor = {c: floor_names(study, c) for c in study.categories}
     return {"report": str(report), "figures": figures, "categories": study.categories,
@@ -428,6 +430,25 @@ def _seed_section(study: Study, cat: str, seed: int, metrics: dict, analysis: di
         if (analysis_dir / name).is_file():
             text.append((analysis_dir / name).read_text(encoding="utf-8"))
     return "\n".join(text) + "\n"
+
+
+REPORT_WIDTH = 1400
+"""Widest figure in ``report/figures`` (pixels): the full-size ones stay in ``compare/``."""
+
+
+def compact_png(path: Path, width: int = REPORT_WIDTH) -> None:
+    """Shrink a figure in place to at most ``width`` pixels wide, with a 256-colour palette,
+    so a report folder (75 figures for three categories and seeds) stays small enough to commit.
+    """
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.load()
+    if image.width > width:
+        height = max(1, round(image.height * width / image.width))
+        image = image.resize((width, height), Image.Resampling.LANCZOS)
+    image = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    image.save(path, optimize=True)
 
 
 def _copy_figure(source: Path, target: Path, report_dir: Path) -> str:

@@ -140,6 +140,11 @@ def test_compare_analyze_and_report_use_the_runs(finished):
     links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
     assert len(links) >= 3 * 8  # heatmaps, gaps, curves, Venn per category, and the seed curves
     assert all((report.parent / link).is_file() for link in links)
+    from PIL import Image
+
+    for link in links:  # compact copies (the full-size figures stay in compare/)
+        with Image.open(report.parent / link) as image:
+            assert image.width <= 1400 and image.mode == "P", link
     for stage in study.STAGES[:-1]:
         assert f"| {stage} |" in text  # the cost table has every stage that ran before it
 

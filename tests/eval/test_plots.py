@@ -77,6 +77,17 @@ def test_heatmap_annotations_equal_rounded_values(runs: dict) -> None:
     assert "base" in ax.get_title() and ax.get_xlabel().startswith("k")
 
 
+def test_dense_heatmap_shows_powers_of_two(runs: dict) -> None:
+    """k = 1..13 of n = 16: the columns are 1, 2, 4, 8 and 13, each annotated with its value."""
+    table = runs["base"][0]
+    dense = surface(table, tuple(range(1, 14)))
+    ax = figure_surface_heatmap(dense).axes[0]
+    shown = [1, 2, 4, 8, 13]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(k) for k in shown]
+    expected = [f"{dense.value(k, t):.2f}" for t in BUDGETS for k in shown]
+    assert [t.get_text() for t in ax.texts] == expected
+
+
 def test_plot_heatmap_writes_png_and_svg(tmp_path: Path, runs: dict) -> None:
     paths = plot_surface_heatmap(runs["rl"][1], tmp_path / "figs" / "heatmap.png")
     assert paths == (tmp_path / "figs" / "heatmap.png", tmp_path / "figs" / "heatmap.svg")
