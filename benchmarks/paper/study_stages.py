@@ -492,22 +492,25 @@ def stage_units(study: Study, stage: str) -> list[Unit]:
             for s in seeds
         ]
     if stage == "report":
-        _forget_other_report(study)
         needs = [("compare", study.compare_dir(c, s)) for c in cats for s in seeds]
         needs += [("analyze", study.analysis_dir(c, s)) for c in cats for s in seeds]
+        _forget_other_report(study, needs)
         return [Unit("report", study.report_dir, lambda: make_report(study), tuple(needs))]
     raise StudyError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
 
 
-def _forget_other_report(study: Study) -> None:
-    """A report made for other categories or seeds, or with another noise floor, is made again
-    (it takes seconds)."""
+def _forget_other_report(study: Study, needs: list[tuple[str, Path]]) -> None:
+    """A report made for other categories or seeds, with another noise floor, or before a
+    comparison or analysis it reads was made again, is made again (it takes seconds)."""
     marker = study.report_dir / "done.json"
     if marker.is_file():
         done = json.loads(marker.read_text(encoding="utf-8"))
         made_for = (done.get("categories"), done.get("seeds"), done.get("floor", {}))
         floor = {c: floor_names(study, c) for c in study.categories}
-        if made_for != (study.categories, study.seeds, floor):
+        made = marker.stat().st_mtime_ns
+        newer = [f for _, f in needs if (f / "done.json").is_file()
+                 and (f / "done.json").stat().st_mtime_ns > made]  # fmt: skip
+        if made_for != (study.categories, study.seeds, floor) or newer:
             marker.unlink()
 
 

@@ -187,6 +187,11 @@ def test_lost_work_is_redone_without_duplicates(finished):
     assert (train_dir / "metrics.jsonl").read_text() == metrics
     assert sorted(p.name for p in train_dir.glob("checkpoint-*")) == checkpoints
     assert json.loads((train_dir / "done.json").read_text())["steps"] == 1
+    # A comparison made again is newer than the report, so the report is made again (once).
+    (out / "compare/C/seed0/done.json").unlink()
+    assert study.run(["compare", "--out", str(out)]).ran["compare"] == ["C/s0"]
+    assert study.run(["report", "--out", str(out)]).ran["report"] == ["report"]
+    assert study.run(["report", "--out", str(out)]).ran["report"] == []
 
 
 @pytest.mark.slow
