@@ -47,6 +47,8 @@ class Point:
     seeds of the floor included."""
     changes: dict[str, list[int]]
     """Trained kind -> boundary change (trained - base) per training seed."""
+    pass1_changes: dict[str, list[float]]
+    """Trained kind -> pass@1 change (trained - base) per training seed: sharpening's side."""
 
 
 def _label(profile: dict) -> str:
@@ -78,6 +80,10 @@ def read_study(folder: Path) -> list[Point]:
             for role in TRAINED
             if all(role in m["runs"] for m in seeds)
         }
+        pass1 = {
+            role: [m["runs"][role]["pass@1"] - m["runs"]["base"]["pass@1"] for m in seeds]
+            for role in changes
+        }
         points.append(
             Point(
                 study=str(folder),
@@ -88,6 +94,7 @@ def read_study(folder: Path) -> list[Point]:
                 base_boundary=base["boundary"],
                 floor=max(floors) if floors else None,
                 changes=changes,
+                pass1_changes=pass1,
             )
         )
     return points
@@ -112,15 +119,23 @@ def _spread(values: list[int]) -> str:
     return f"{mean:+.1f} [{min(values):+d}, {max(values):+d}]"
 
 
+def _spread_rate(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.fmean(values):+.3f} [{min(values):+.3f}, {max(values):+.3f}]"
+
+
 def sweep_table(points: Sequence[Point]) -> str:
     """The sweep as Markdown: one row per (category, study), weakest base first."""
     header = ["category", "base", "base pass@1", "base pass@n", "base boundary", "noise floor"]
     header += [f"{r} − base boundary" for r in TRAINED]
+    header += [f"{r} − base pass@1" for r in TRAINED]
     rows = []
     for p in sorted(points, key=lambda p: (p.category, p.base_pass1)):
         floor = "-" if p.floor is None else f"±{p.floor}"
         cells = [p.category, p.label, f"{p.base_pass1:.3f}", f"{p.base_passn:.3f}"]
         cells += [str(p.base_boundary), floor, *(_spread(p.changes.get(r, [])) for r in TRAINED)]
+        cells += [_spread_rate(p.pass1_changes.get(r, [])) for r in TRAINED]
         rows.append(cells)
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
@@ -180,9 +195,10 @@ def make_sweep(folders: Sequence[Path], out: Path) -> Path:
         cells = [f"{seconds.get(s, 0.0) / 60:.1f}" for s in stages]
         cost.append(f"| {folder} | " + " | ".join(cells) + f" | {sum(seconds.values()) / 60:.1f} |")
     text = (
-        "# Base-strength sweep\n\nBoundary change (trained − base boundary size at T_max): mean "
-        "[min, max] over training seeds. Noise floor: the largest number of problems two "
-        "evaluations of the same base swap; a change inside ± that floor is not a finding.\n\n"
+        "# Base-strength sweep\n\nBoundary change (trained − base boundary size at T_max) and "
+        "pass@1 change: mean [min, max] over training seeds. Noise floor: the largest number of "
+        "problems two base evaluations swap (with pretraining seeds in the study's floor, also "
+        "two equally made bases); a boundary change inside ± that floor is not a finding.\n\n"
         + sweep_table(points)
         + "\n"
         + "\n".join(f"![{f.stem}]({f.name})" for f in figures)

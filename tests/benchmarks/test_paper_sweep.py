@@ -46,6 +46,8 @@ def test_sweep_orders_bases_by_strength_and_shows_changes_beside_the_floor(tmp_p
     assert len(rows) == 2 and "900 steps" in rows[0] and "6000 steps" in rows[1]  # weak first
     assert "| 0.020 |" in rows[0] and "| ±7 | +12.0 [+10, +14] | +4.0 [+3, +5] | - |" in rows[0]
     assert "| ±9 | +4.0 [+3, +5] | -3.0 [-4, -2] | - |" in rows[1]
+    # pass@1 change beside it (every trained run here has pass@1 0): 0 - 0.35 on every seed.
+    assert rows[1].endswith("| -0.350 [-0.350, -0.350] | -0.350 [-0.350, -0.350] | - |")
     assert "| 3.0 |" in text  # train: 180 unit seconds (both attempts), not the stage line
     assert (tmp_path / "out" / "sweep_C.png").stat().st_size > 1000
 
