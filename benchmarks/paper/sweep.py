@@ -2,9 +2,10 @@
 
 Each point is one finished study folder (``study.py all``), all with the same SFT / RL / RFT
 recipe and one base each: a size, a pretraining length, a pretraining seed. This script reads
-their ``compare`` metrics and plots, per category, the boundary change of every trained kind
-(trained minus base, mean and range over training seeds) against the base's pass@1, beside the
-noise floor (the largest base-vs-base boundary swap of that study's repeated base evaluations)::
+their ``compare`` metrics and plots, per category, the boundary change and the pass@1 change of
+every trained kind (trained minus base, mean and range over training seeds) against the base's
+pass@1, each beside its noise floor (the largest base-vs-base swap count and |gap@1| of that
+study's base evaluations)::
 
     python benchmarks/paper/sweep.py runs/nano runs/micro runs/micro-long --out runs/sweep
 
@@ -23,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 TRAINED = ("SFT", "RL", "RFT")
 COLORS = {"SFT": "#3182bd", "RL": "#e6550d", "RFT": "#31a354"}
@@ -45,6 +47,8 @@ class Point:
     floor: int | None
     """Largest base-vs-base swap count (None: the study evaluated its base once), pretraining
     seeds of the floor included."""
+    floor_gap1: float | None
+    """Largest base-vs-base |gap| at k = 1 (None: no floor)."""
     changes: dict[str, list[int]]
     """Trained kind -> boundary change (trained - base) per training seed."""
     pass1_changes: dict[str, list[float]]
@@ -75,6 +79,7 @@ def read_study(folder: Path) -> list[Point]:
     for cat, seeds in sorted(by_cat.items()):
         base = seeds[0]["runs"]["base"]
         floors = [m["noise_floor"]["max_swap"] for m in seeds if m.get("noise_floor")]
+        gap1 = [m["noise_floor"]["max_abs_gap@1"] for m in seeds if m.get("noise_floor")]
         changes = {
             role: [m["runs"][role]["boundary"] - m["runs"]["base"]["boundary"] for m in seeds]
             for role in TRAINED
@@ -93,6 +98,7 @@ def read_study(folder: Path) -> list[Point]:
                 base_passn=base["pass@n"],
                 base_boundary=base["boundary"],
                 floor=max(floors) if floors else None,
+                floor_gap1=max(gap1) if gap1 else None,
                 changes=changes,
                 pass1_changes=pass1,
             )
@@ -141,42 +147,52 @@ def sweep_table(points: Sequence[Point]) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
 
 
-def plot_category(points: Sequence[Point], category: str, path: Path) -> Path:
-    """Boundary change vs base pass@1: mean and seed range per kind, grey bars the noise floor."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def figure_category(points: Sequence[Point], category: str) -> Any:
+    """Two panels against base pass@1: boundary change (grey: ± the floor's largest swap count)
+    and pass@1 change (grey: ± the floor's largest |gap@1|); mean and seed range per kind."""
+    from matplotlib.figure import Figure
 
     chosen = sorted((p for p in points if p.category == category), key=lambda p: p.base_pass1)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for p in chosen:
-        if p.floor is not None:
-            ax.fill_between(
-                [p.base_pass1 - 0.005, p.base_pass1 + 0.005], -p.floor, p.floor, color="0.85"
-            )
-    for offset, role in zip((-0.003, 0.0, 0.003), TRAINED, strict=True):
-        xs, means, lows, highs = [], [], [], []
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    panels = fig.subplots(1, 2)
+    for ax, attribute, floor_of, ylabel in (
+        (panels[0], "changes", "floor", "boundary change (trained − base), problems"),
+        (panels[1], "pass1_changes", "floor_gap1", "pass@1 change (trained − base)"),
+    ):
         for p in chosen:
-            values = p.changes.get(role)
-            if values:
-                mean = statistics.fmean(values)
-                xs.append(p.base_pass1 + offset)
-                means.append(mean)
-                lows.append(mean - min(values))
-                highs.append(max(values) - mean)
-        if xs:
-            ax.errorbar(xs, means, yerr=[lows, highs], fmt="o-", color=COLORS[role], label=role,
-                        capsize=3)  # fmt: skip
-    ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_xlabel("base pass@1 at T_max")
-    ax.set_ylabel("boundary change (trained − base), problems")
-    ax.set_title(f"{category}: boundary change vs base strength (grey: ± base-vs-base swaps)")
-    ax.legend()
-    fig.tight_layout()
+            floor = getattr(p, floor_of)
+            if floor is not None:
+                ax.fill_between([p.base_pass1 - 0.005, p.base_pass1 + 0.005], -floor, floor,
+                                color="0.85")  # fmt: skip
+        for offset, role in zip((-0.003, 0.0, 0.003), TRAINED, strict=True):
+            xs, means, lows, highs = [], [], [], []
+            for p in chosen:
+                values = getattr(p, attribute).get(role)
+                if values:
+                    mean = statistics.fmean(values)
+                    xs.append(p.base_pass1 + offset)
+                    means.append(mean)
+                    lows.append(mean - min(values))
+                    highs.append(max(values) - mean)
+            if xs:
+                ax.errorbar(xs, means, yerr=[lows, highs], fmt="o-", color=COLORS[role],
+                            label=role, capsize=3)  # fmt: skip
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_xlabel("base pass@1 at T_max")
+        ax.set_ylabel(ylabel)
+        ax.legend()
+    fig.suptitle(f"{category}: change vs base strength (grey: ± base-vs-base noise floor)")
+    return fig
+
+
+def plot_category(points: Sequence[Point], category: str, path: Path) -> Path:
+    """:func:`figure_category` written as PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = figure_category(points, category)
+    FigureCanvasAgg(fig)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 

@@ -24,7 +24,7 @@ def _study(folder: Path, steps: int, base: tuple[float, int], trained: dict, swa
         runs = {"base": {"pass@1": base[0], "pass@n": 0.5, "boundary": base[1]}}
         for role, boundary in zip(trained, boundaries, strict=True):
             runs[role] = {"pass@1": 0.0, "pass@n": 0.0, "boundary": boundary}
-        metrics = {"runs": runs, "noise_floor": {"max_swap": swap}}
+        metrics = {"runs": runs, "noise_floor": {"max_swap": swap, "max_abs_gap@1": 0.01}}
         path = folder / "compare" / "C" / f"seed{seed}" / "metrics.json"
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps(metrics))
@@ -50,6 +50,12 @@ def test_sweep_orders_bases_by_strength_and_shows_changes_beside_the_floor(tmp_p
     assert rows[1].endswith("| -0.350 [-0.350, -0.350] | -0.350 [-0.350, -0.350] | - |")
     assert "| 3.0 |" in text  # train: 180 unit seconds (both attempts), not the stage line
     assert (tmp_path / "out" / "sweep_C.png").stat().st_size > 1000
+    # The figure: boundary change (left) and pass@1 change (right), weak base first on x.
+    left, right = sweep.figure_category(sweep.read_study(weak) + sweep.read_study(strong), "C").axes
+    rl = next(c for c in left.containers if c.get_label() == "RL")
+    assert list(rl.lines[0].get_ydata()) == [4.0, -3.0]
+    rl = next(c for c in right.containers if c.get_label() == "RL")
+    assert list(rl.lines[0].get_ydata()) == pytest.approx([-0.02, -0.35])
 
 
 def test_sweep_names_a_folder_that_is_not_a_finished_study(tmp_path, capsys):
