@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from study_profile import StudyError
 from study_stages import Study, floor_names, run_name
 
@@ -132,6 +133,8 @@ def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
             "finding_boundary_loss": None if found is None else found.loss,
             "gap@1": runs[role]["pass@1"] - runs["base"]["pass@1"],
             "gap@n": runs[role]["pass@n"] - runs["base"]["pass@n"],
+            "widening": float(cmp.widening[0]),
+            "widening_ci": [float(cmp.widening_lower[0]), float(cmp.widening_upper[0])],
             "crossover_k": cross.k,
             "crossover_significant": cross.significant,
             "sign_at_k1": cross.sign_at_k_min,
@@ -171,6 +174,7 @@ def _floor_summary(floor: Any) -> dict[str, Any] | None:
         "names": list(floor.names),
         "max_abs_gap@1": float(floor.max_abs_gap[0, 0]),
         "max_abs_gap@n": float(floor.max_abs_gap[-1, 0]),
+        "max_abs_widening": float(np.abs(floor.gaps[:, -1, 0] - floor.gaps[:, 0, 0]).max()),
         "max_swap": floor.max_swap,
         "swaps": [
             [a, b, sa, sb] for (a, b), (sa, sb) in zip(floor.pairs, floor.swaps, strict=True)

@@ -278,6 +278,26 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
         + [_spread(pair(r, "only_base"), 0) for r in trained]
         + blank
     )
+
+    def per_seed(role: str, text: Any) -> str:
+        """``text`` of each seed's comparison with base, joined ("-" where older metrics lack
+        a key)."""
+        try:
+            return "; ".join(text(m["vs_base"][role]) for m, _ in rows)
+        except KeyError:
+            return "-"
+
+    def ci(v: dict) -> str:
+        return "[{:+.1f}, {:+.1f}]".format(*v["boundary_difference_ci"])
+
+    def widening(v: dict) -> str:
+        return "{:+.3f} [{:+.2f}, {:+.2f}]".format(v["widening"], *v["widening_ci"])
+
+    for label, text in (
+        ("boundary difference, CI per seed", ci),
+        (f"gap@{n} − gap@1 (widening), per seed with CI", widening),
+    ):
+        table.append([label, "-", *(per_seed(r, text) for r in trained), *blank])
     floors = [m.get("noise_floor") for m, _ in rows]
     if all(floors):
         for key, label in (
@@ -292,6 +312,8 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
                 f"|gap@n| {_spread([f['max_abs_gap@n'] for f in values])}, "
                 f"swaps {_spread([f['max_swap'] for f in values], 0)}"
             )
+            if all("max_abs_widening" in f for f in values):
+                text += f", |widening| {_spread([f['max_abs_widening'] for f in values])}"
             table.append([label, *["-"] * len(roles), *[text] * len(trained)])
         for key, label in (
             ("gap@1", "pass@1 difference is a finding"),
