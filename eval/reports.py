@@ -143,11 +143,14 @@ def _floor(
                 if key == "policy" and flag == "--peers":
                     continue
                 if other.get(key) != manifest.get(key):
-                    what = "policy" if flag == "--repeats" else "recipe's evaluation"
+                    need = (
+                        "a repeat must evaluate the same policy the same way"
+                        if flag == "--repeats"
+                        else "a peer is another policy evaluated the same way"
+                    )
                     raise ValueError(
                         f"{flag} {directory}: {key} is {other.get(key)!r} but {ref_dir} has "
-                        f"{manifest.get(key)!r}; a {flag[2:-1]} must evaluate the same {what} "
-                        "the same way"
+                        f"{manifest.get(key)!r}; {need}"
                     )
             if flag == "--peers" and other.get("policy") == manifest.get("policy"):
                 raise ValueError(

@@ -211,6 +211,13 @@ def test_compare_with_noise_floor(tmp_path, capsys):
         ["compare", str(runs["h0"]), str(runs["oracle"]), "--peers", str(runs["h1"])],
         "give it as --repeats",
     )
+    other_n = tmp_path / "oracle-n2"  # another policy, but evaluated with n = 2, not 4
+    _small_run(capsys, other_n, "scripted:oracle", "--limit", "12", "--n", "2")
+    assert_one_line_error(
+        capsys,
+        ["compare", str(runs["h0"]), str(runs["oracle"]), "--peers", str(other_n)],
+        "n is 2 but",
+    )
     assert_one_line_error(
         capsys,
         ["compare", str(runs["h0"]), str(runs["oracle"]), "--headline", "gap@3,5"],
