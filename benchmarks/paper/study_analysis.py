@@ -152,15 +152,6 @@ def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
         "vs_base": pairs,
         "noise_floor": _floor_summary(floor),
         "eval_floor": _floor_summary(eval_floor),
-        "base_evaluations": {
-            t.name: {
-                "pass@1": s.value(1, t_max),
-                "pass@n": s.value(n, t_max),
-                "boundary": len(boundary_set(t, t_max)),
-            }
-            for t in repeats
-            for s in [surface(t.select_budgets([t_max]), sorted({1, n}))]
-        },
     }
 
 
