@@ -57,8 +57,10 @@ class Point:
 
 def _label(profile: dict) -> str:
     pre = profile.get("base", {}).get("pretrain")
-    if pre is None:
-        return str(profile.get("base", {}).get("model", profile.get("name")))
+    if pre is None:  # an existing model, e.g. a checkpoint of another study's pretraining
+        model = profile.get("base", {}).get("model")
+        name = profile.get("name")
+        return f"{name}: {model}" if model and name else str(model or name)
     return (
         f"{pre.get('size', 'nano')} {pre.get('max_steps', 3000)} steps, seed {pre.get('seed', 0)}"
     )

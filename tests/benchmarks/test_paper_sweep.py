@@ -62,3 +62,12 @@ def test_sweep_names_a_folder_that_is_not_a_finished_study(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert sweep.main([str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 2
     assert "no profile.json" in capsys.readouterr().err
+
+
+def test_a_base_given_as_a_model_is_labelled_with_the_profile_name_and_its_path(tmp_path):
+    folder = _study(tmp_path / "snap", 0, (0.1, 50), {"RL": [51]}, 3)
+    stored = json.loads((folder / "profile.json").read_text())
+    stored["profile"] |= {"name": "regime-d3000", "base": {"model": "runs/cal/d/model-3000"}}
+    (folder / "profile.json").write_text(json.dumps(stored))
+    (point,) = sweep.read_study(folder)
+    assert point.label == "regime-d3000: runs/cal/d/model-3000"
