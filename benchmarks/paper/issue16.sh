@@ -33,11 +33,11 @@ if [ ! -f "$D/base/done.json" ]; then
         --categories C,A --n 16 --limit 100
     wait
 fi
-$STUDY all --out "$D" --jobs 2
+$STUDY eval-base --out "$D" --jobs 2
 
 # 4. The sweep's studies: the same recipe from the earlier checkpoints, math and bridge, seed 0.
 mkdir -p "$RUNS/profiles"
-for s in "${SNAPSHOTS[@]}"; do
+for s in 9000 6000 3000; do  # the base closest to the regime first
     profile=$RUNS/profiles/regime-d$s.toml
     sed -e "s|^pretrain = .*|model = \"$RUNS/cal/d/model-$s\"|" \
         -e "s|^name = .*|name = \"regime-d$s\"|" \
@@ -46,6 +46,9 @@ for s in "${SNAPSHOTS[@]}"; do
         --jobs 2 --set 'eval.floor_pretrain_seeds=[]' \
         --set "eval.n_per_category=${N_PER_CATEGORY[$s]}"
 done
+
+# 3. (continued) The regime study from its final base.
+$STUDY all --out "$D" --jobs 2
 
 # 3b. The second pretraining seed (the profile's eval.floor_pretrain_seeds): base-p1 pretrained
 #     and evaluated twice; every comparison and the report made again with four base evaluations.
