@@ -48,7 +48,7 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def _package_versions() -> dict[str, str]:
+def package_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for name in ("passkt", *_VERSIONED_PACKAGES):
         try:
@@ -58,7 +58,7 @@ def _package_versions() -> dict[str, str]:
     return versions
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
     """The commit of the source tree passkt runs from, when it is a git checkout."""
     here = Path(__file__).resolve().parent
     try:
@@ -138,8 +138,8 @@ def make_manifest(
         **({} if seeding is None else {"seeding": seeding}),
         "num_tasks": len(task_ids),
         "num_chunks": len(chunk_bounds(len(task_ids), chunk_tasks)),
-        "versions": _package_versions(),
-        "git_commit": _git_commit(),
+        "versions": package_versions(),
+        "git_commit": git_commit(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     return _jsonable(manifest)

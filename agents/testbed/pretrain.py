@@ -11,7 +11,9 @@ AdamW (warm-up, cosine decay) on packed blocks of documents. It writes, under ``
 - ``metrics.jsonl``: ``loss/all`` and ``loss/assistant`` (token NLL over all tokens and over the
   agent's own tokens), ``lr``, ``tokens/s`` ... every ``log_every`` steps, and ``eval/...`` on
   held-out documents every ``eval_every`` steps;
-- ``corpus.npz`` and ``pretrain_config.json``.
+- ``corpus.npz`` and ``pretrain_config.json``;
+- ``environment.jsonl``: one line per start or resume (its step, torch threads, package versions
+  and git commit), so two pretrainings of one config that differ can be told apart.
 
 Loss on all tokens, the agent's weighted 4x (the defaults ``loss_on="all"``,
 ``assistant_weight=4``). The base model stands for a *pretrained* LM: it learns the world's
@@ -48,6 +50,7 @@ CHECKPOINT_DIR = "checkpoint"
 METRICS_FILE = "metrics.jsonl"
 CORPUS_FILE = "corpus.npz"
 CONFIG_FILE = "pretrain_config.json"
+ENVIRONMENT_FILE = "environment.jsonl"
 _RUNTIME_FIELDS = ("max_minutes", "threads", "progress", "save_every", "log_every", "eval_every")
 """Fields a resumed run may change (they do not change what a step computes; ``max_steps`` does,
 through the learning-rate schedule)."""
@@ -387,6 +390,25 @@ def _save(out: Path, model: Any, tokenizer: Any, optimizer: Any, step: int) -> N
         shutil.rmtree(old)
 
 
+def _record_environment(out: Path, start: int) -> None:
+    """Append what this start runs with: the step, torch threads, package versions, commit."""
+    import datetime
+
+    import torch
+
+    from passkt.eval.manifest import git_commit, package_versions
+
+    line = {
+        "start_step": start,
+        "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "torch_threads": torch.get_num_threads(),
+        "versions": package_versions(),
+        "git_commit": git_commit(),
+    }
+    with (out / ENVIRONMENT_FILE).open("a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 def _open_metrics(out: Path, start: int) -> Any:
     """The metrics file, without lines past ``start`` (left by a run that crashed after saving)."""
     path = out / METRICS_FILE
@@ -421,6 +443,7 @@ def pretrain(config: PretrainConfig, *, resume: bool = False) -> PretrainResult:
     train_docs, held_docs = split_documents(corpus, config.eval_fraction, config.seed)
     batches = Batches(corpus, train_docs, config.block_size, config.batch_size, config.seed)
     held = Batches(corpus, held_docs, config.block_size, config.batch_size, config.seed + 1)
+    _record_environment(out, start)
     metrics_file = _open_metrics(out, start)
     bar = tqdm(total=config.max_steps, initial=start, disable=not config.progress, desc="pretrain")
     began, window, window_start, last = time.perf_counter(), {}, time.perf_counter(), {}

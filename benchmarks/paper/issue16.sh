@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue 16, steps 3 to 4 of benchmarks/paper/README.md ("Issue 16"), one heavy job at a time on
-# the 2-core machine: the regime study, the sweep's bases (checkpoints of the regime base's own
-# pretraining at steps 3000, 6000, 9000) and their studies, the second pretraining seed, and the
-# sweep. Every step resumes unit by unit, so after an interruption run this again:
+# Issue 16, steps 3 to 5 of benchmarks/paper/README.md ("Issue 16"), one heavy job at a time on
+# the 2-core machine: the recipe's base pretrained with its checkpoints at steps 3000, 6000, 9000
+# kept, the second pretraining seed likewise, the regime study (from the step-9000 checkpoint),
+# the sweep's studies from the other checkpoints and the final base, and the sweep. Every step resumes unit by unit, so after an interruption run this again:
 #
 #     bash benchmarks/paper/issue16.sh            # RUNS=runs by default
 #
@@ -28,31 +28,48 @@ declare -A N_PER_CATEGORY=(
 [ -f "$D/profile.json" ] || $STUDY splits --profile regime --out "$D" \
     --set 'eval.floor_pretrain_seeds=[]'
 if [ ! -f "$D/base/done.json" ]; then
+    mkdir -p "$D/base"
     $STUDY base --out "$D" --threads 2 &
+    pretraining=$!
     python benchmarks/paper/calibration_curve.py "$D/base" --out "$RUNS/cal/d" --every 3000 \
         --categories C,A --n 16 --limit 100
-    wait
+    wait $pretraining
 fi
 $STUDY eval-base --out "$D" --jobs 2
 
-# 4. The sweep's studies: the same recipe from the earlier checkpoints, math and bridge, seed 0.
+# 3b. The second pretraining seed of the recipe, base-p1 (eval.floor_pretrain_seeds), with its
+#     checkpoints at the same steps kept beside it: the regime study's base is the recipe's
+#     step-9000 checkpoint (nearest the bridge targets, its CIs overlapping both; the final base
+#     is above both), so its pretraining floor is base-p1's step-9000 checkpoint.
+if [ ! -f "$D/base-p1/done.json" ]; then
+    mkdir -p "$D/base-p1"
+    $STUDY base --profile regime --out "$D" --threads 2 &
+    pretraining=$!
+    python benchmarks/paper/calibration_curve.py "$D/base-p1" --out "$RUNS/cal/d-p1" \
+        --every 3000 --categories C,A --n 16 --limit 100
+    wait $pretraining
+fi
+
+# 4. The studies of the checkpoints: the same recipe from each. Step 9000 is the regime study
+#    (every category and training seed, both pretraining seeds in its floor); steps 6000 and
+#    3000 are the sweep's weaker bases (math and bridge, training seed 0).
 mkdir -p "$RUNS/profiles"
-for s in 9000 6000 3000; do  # the base closest to the regime first
+for s in 9000 6000 3000; do
     profile=$RUNS/profiles/regime-d$s.toml
     sed -e "s|^pretrain = .*|model = \"$RUNS/cal/d/model-$s\"|" \
         -e "s|^name = .*|name = \"regime-d$s\"|" \
         benchmarks/paper/profiles/regime.toml > "$profile"
-    $STUDY all --profile "$profile" --out "$RUNS/regime-d$s" --categories A,C --seeds 0 \
-        --jobs 2 --set 'eval.floor_pretrain_seeds=[]' \
-        --set "eval.n_per_category=${N_PER_CATEGORY[$s]}"
+    if [ "$s" = 9000 ]; then
+        $STUDY all --profile "$profile" --out "$RUNS/regime-d$s" --jobs 2 \
+            --set "base.floor_models={1 = \"$RUNS/cal/d-p1/model-$s\"}"
+    else
+        $STUDY all --profile "$profile" --out "$RUNS/regime-d$s" --categories A,C --seeds 0 \
+            --jobs 2 --set 'eval.floor_pretrain_seeds=[]' \
+            --set "eval.n_per_category=${N_PER_CATEGORY[$s]}"
+    fi
 done
 
-# 3. (continued) The regime study from its final base.
-$STUDY all --out "$D" --jobs 2
-
-# 3b. The second pretraining seed (the profile's eval.floor_pretrain_seeds): base-p1 pretrained
-#     and evaluated twice; every comparison and the report made again with four base evaluations.
-$STUDY base --profile regime --out "$D" --threads 2
-$STUDY all --profile regime --out "$D" --jobs 2
+# 5. The final base (step 12,000) as the sweep's strongest point: math and bridge, seed 0.
+$STUDY all --profile regime --out "$D" --categories A,C --seeds 0 --jobs 2
 
 python benchmarks/paper/sweep.py "${SNAPSHOTS[@]/#/$RUNS/regime-d}" "$D" --out "$RUNS/sweep"

@@ -262,10 +262,14 @@ def _check_floor_seeds(profile: Mapping[str, Any], where: str) -> None:
         return
     pretrain = profile["base"].get("pretrain")
     if pretrain is None:
-        raise StudyError(
-            f"{where}: eval.floor_pretrain_seeds needs a pretrained base ([base] pretrain = "
-            "{...}); a named model has no pretraining seed to vary"
-        )
+        named = sorted(int(k) for k in profile["base"].get("floor_models", {}))
+        if named != sorted(seeds):
+            raise StudyError(
+                f"{where}: eval.floor_pretrain_seeds {seeds} with a base given as a model needs "
+                f"base.floor_models naming the model of each of those seeds (it names {named}), "
+                "e.g. base.floor_models = {1 = 'runs/cal/p1/model-9000'}"
+            )
+        return
     from passkt.agents.testbed.pretrain import PretrainConfig
 
     own = pretrain.get("seed", PretrainConfig.seed)
@@ -297,7 +301,21 @@ def _check_base(base: Mapping[str, Any], where: str) -> None:
             f"{where}: [base] needs exactly one of model = 'NAME_OR_PATH' (an existing policy) "
             "or pretrain = {size = 'nano', ...} (testbed pretraining)"
         )
-    _check_keys(base, {"model": 0, "pretrain": 0}, f"{where} [base]")
+    _check_keys(base, {"model": 0, "pretrain": 0, "floor_models": 0}, f"{where} [base]")
+    floor_models = base.get("floor_models", {})
+    if "floor_models" in base and "model" not in base:
+        raise StudyError(
+            f"{where}: base.floor_models names the other pretraining seeds' models of a base "
+            "given as model = '...'; a pretrained base (pretrain = {...}) makes its own"
+        )
+    if not isinstance(floor_models, dict) or not all(
+        isinstance(k, str) and k.isdigit() and isinstance(v, str) and v
+        for k, v in floor_models.items()
+    ):
+        raise StudyError(
+            f"{where}: base.floor_models must map pretraining seeds to models, e.g. "
+            "{1 = 'runs/cal/p1/model-9000'}"
+        )
     if "pretrain" in base:
         from passkt.agents.testbed.pretrain import PretrainConfig
 
@@ -373,10 +391,15 @@ def differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> list
 
 RECORD_KEYS = ("lr_trials", "description")
 """Profile keys that record what was done and configure nothing: a folder takes newer values."""
-FLOOR_KEYS = ("eval.floor_pretrain_seeds",)
+FLOOR_KEYS = ("eval.floor_pretrain_seeds", "base.floor_models")
 """Profile keys that only add (or drop) base evaluations of the noise floor: a finished folder
 takes new values, its other results stay, and the stages that read the floor (compare, report)
 are made again."""
+
+
+def _adds_floor_or_record(difference: str) -> bool:
+    key = difference.split(":", 1)[0]
+    return key in RECORD_KEYS or any(key == k or key.startswith(k + ".") for k in FLOOR_KEYS)
 
 
 def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict[str, Any]:
@@ -398,7 +421,7 @@ def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict
         stored["profile"] = json.loads(json.dumps(deep_merge(DEFAULTS, stored["profile"])))
         if requested is not None and stored["profile"] != requested:
             diffs = differences(stored["profile"], requested)
-            if all(d.split(":", 1)[0] in RECORD_KEYS + FLOOR_KEYS for d in diffs):
+            if all(_adds_floor_or_record(d) for d in diffs):
                 # lr_trials / description record what was done; they configure nothing, so a
                 # folder takes the newer record (e.g. trials run after its base was pretrained).
                 # More pretraining seeds for the floor add units and leave the others valid.

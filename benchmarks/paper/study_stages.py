@@ -260,11 +260,14 @@ def _check_disjoint(cat: str, eval_tasks: list, train_tasks: list) -> None:
 def make_base(study: Study, pretrain_seed: int | None = None) -> dict[str, Any]:
     """Pretrain the testbed base (resuming), or name the profile's model.
 
-    ``pretrain_seed``: the same recipe at another seed, in ``base-p<seed>/`` (noise floor only).
+    ``pretrain_seed``: the same recipe at another seed, in ``base-p<seed>/`` (noise floor only);
+    for a base given as a model, the model ``base.floor_models`` names for that seed.
     """
     base = study.profile["base"]
     if "model" in base:
-        return {"model": base["model"]}
+        if pretrain_seed is None:
+            return {"model": base["model"]}
+        return {"model": base["floor_models"][str(pretrain_seed)]}
     from passkt.agents.testbed.pretrain import PretrainConfig, pretrain
 
     fields = {**base["pretrain"], "output_dir": str(study.base_dir)}

@@ -314,6 +314,25 @@ def test_a_folder_keeps_its_profile_and_stages_keep_their_order(tmp_path, capsys
         study.run(["splits", "--out", str(tmp_path / "t"), "--profile", "tiny", "--set", one_task])
 
 
+def test_a_base_given_as_a_model_names_its_floor_models(tmp_path):
+    """A named base has no pretraining recipe to run again, so each floor pretraining seed needs
+    its model named in ``base.floor_models``; a folder made without a floor takes one later."""
+    out = str(tmp_path / "named")
+    named = ["--profile", "tiny", "--set", "base={model = 'm0'}", "--categories", "C"]
+    with pytest.raises(StudyError, match=re.escape("needs base.floor_models naming the model")):
+        study.run(["splits", "--out", out, *named, "--set", "eval.floor_pretrain_seeds=[1]"])
+    assert study.run(["splits", "--out", out, *named]).ran["splits"] == ["C"]
+    floor = ["--set", "eval.floor_pretrain_seeds=[1]", "--set", "base.floor_models={1 = 'm1'}"]
+    assert study.run(["base", "--out", out, *named, *floor]).ran["base"] == ["base", "base-p1"]
+    models = [json.loads((tmp_path / f"named/{f}/done.json").read_text())["model"]
+              for f in ("base", "base-p1")]  # fmt: skip
+    assert models == ["m0", "m1"]
+    stored = json.loads((tmp_path / "named/profile.json").read_text())
+    assert stored["profile"]["base"] == {"model": "m0", "floor_models": {"1": "m1"}}
+    with pytest.raises(StudyError, match="another profile"):  # the base itself cannot change
+        study.run(["base", "--out", out, "--profile", "tiny", "--set", "base={model = 'm2'}"])
+
+
 @pytest.mark.slow
 def test_a_failing_unit_fails_the_stage_with_its_log(tmp_path):
     profile = tmp_path / "broken.toml"
@@ -453,6 +472,8 @@ def test_methods_and_per_category_n_are_checked(tmp_path):
         ("eval.floor_pretrain_seeds=[0]", "differ from the base's own pretraining seed"),
         ("eval.floor_pretrain_seeds=[1, 1]", "must be distinct"),
         ("eval.floor_pretrain_seeds=['1']", "must be a list of integers"),
+        ("base.floor_models={1 = 'm1'}", "a pretrained base (pretrain = {...}) makes its own"),
+        ("base={model = 'm0', floor_models = {one = 'm1'}}", "must map pretraining seeds"),
     ):
         sets = ["--set", setting, "--set", "methods=['sft', 'grpo', 'rft']"]
         if setting.startswith("methods"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 
@@ -103,6 +104,11 @@ def test_resume_continues_exactly(tmp_path, monkeypatch):
         assert torch.equal(p, q)
     lines = (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [5, 10, 15, 20]  # none lost, none twice
+    starts = (tmp_path / "b/run/environment.jsonl").read_text().splitlines()
+    starts = [json.loads(x) for x in starts]
+    assert [s["start_step"] for s in starts] == [0, 10]  # the crashed start, then the resume
+    assert starts[-1]["versions"]["torch"] == importlib.metadata.version("torch")
+    assert starts[-1]["torch_threads"] == torch.get_num_threads()
 
 
 def test_config_is_validated(tmp_path):
