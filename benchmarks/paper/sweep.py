@@ -22,7 +22,7 @@ import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,15 @@ class Point:
     """Trained kind -> boundary change (trained - base) per training seed."""
     pass1_changes: dict[str, list[float]]
     """Trained kind -> pass@1 change (trained - base) per training seed: sharpening's side."""
+    seeds: list[int] = field(default_factory=list)
+    """The training seeds, in the order of the per-seed lists."""
+    floor_from: str = "-"
+    """What the floor is made of: base evaluations and pretraining seeds."""
+    boundary_cis: dict[str, list[tuple[float, float] | None]] = field(default_factory=dict)
+    """Trained kind -> 95% CI of the boundary difference per training seed (compare stage)."""
+    findings: dict[str, int] = field(default_factory=dict)
+    """Trained kind -> training seeds whose boundary gain or loss is a finding (beyond the floor,
+    CI excluding 0)."""
 
 
 def _label(profile: dict) -> str:
@@ -91,6 +100,17 @@ def read_study(folder: Path) -> list[Point]:
             role: [m["runs"][role]["pass@1"] - m["runs"]["base"]["pass@1"] for m in seeds]
             for role in changes
         }
+        vs = {role: [m.get("vs_base", {}).get(role, {}) for m in seeds] for role in changes}
+        cis = {
+            role: [tuple(v["boundary_difference_ci"]) if "boundary_difference_ci" in v else None
+                   for v in per_seed]
+            for role, per_seed in vs.items()
+        }  # fmt: skip
+        findings = {
+            role: sum(bool(v.get("finding_boundary") or v.get("finding_boundary_loss"))
+                      for v in per_seed)
+            for role, per_seed in vs.items()
+        }  # fmt: skip
         points.append(
             Point(
                 study=str(folder),
@@ -103,9 +123,25 @@ def read_study(folder: Path) -> list[Point]:
                 floor_gap1=max(gap1) if gap1 else None,
                 changes=changes,
                 pass1_changes=pass1,
+                seeds=[int(m.get("seed", i)) for i, m in enumerate(seeds)],
+                floor_from=_floor_from(seeds[0].get("noise_floor")),
+                boundary_cis=cis,
+                findings=findings,
             )
         )
     return points
+
+
+def _floor_from(floor: dict | None) -> str:
+    """``2 evals, 1 pretraining seed`` from a noise floor's base names ("base p1 (eval 1)")."""
+    if not floor:
+        return "-"
+    names = floor.get("names", [])
+    evals = floor.get("evaluations") or len(names)
+    if not evals:
+        return "-"
+    pretrain = {name.split(" (")[0] for name in names} or {"base"}
+    return f"{evals} evals, {len(pretrain)} pretraining seed{'s' * (len(pretrain) > 1)}"
 
 
 def stage_seconds(folder: Path) -> dict[str, float]:
@@ -135,15 +171,42 @@ def _spread_rate(values: list[float]) -> str:
 
 def sweep_table(points: Sequence[Point]) -> str:
     """The sweep as Markdown: one row per (category, study), weakest base first."""
-    header = ["category", "base", "base pass@1", "base pass@n", "base boundary", "noise floor"]
+    header = ["category", "base", "base pass@1", "base pass@n", "base boundary", "training seeds"]
+    header += ["floor from", "noise floor"]
     header += [f"{r} − base boundary" for r in TRAINED]
     header += [f"{r} − base pass@1" for r in TRAINED]
     rows = []
     for p in sorted(points, key=lambda p: (p.category, p.base_pass1)):
         floor = "-" if p.floor is None else f"±{p.floor}"
         cells = [p.category, p.label, f"{p.base_pass1:.3f}", f"{p.base_passn:.3f}"]
-        cells += [str(p.base_boundary), floor, *(_spread(p.changes.get(r, [])) for r in TRAINED)]
+        cells += [str(p.base_boundary), str(len(p.seeds)), p.floor_from, floor]
+        cells += [_spread(p.changes.get(r, [])) for r in TRAINED]
         cells += [_spread_rate(p.pass1_changes.get(r, [])) for r in TRAINED]
+        rows.append(cells)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def ci_table(points: Sequence[Point]) -> str:
+    """Per (category, study): each trained kind's boundary difference with its 95% CI per
+    training seed, and on how many seeds it is a finding (beyond the floor, CI excluding 0)."""
+    header = ["category", "base", "noise floor", *(f"{r} − base boundary [95% CI] per seed"
+                                                   for r in TRAINED)]  # fmt: skip
+    rows = []
+    for p in sorted(points, key=lambda p: (p.category, p.base_pass1)):
+        cells = [p.category, p.label, "-" if p.floor is None else f"±{p.floor}"]
+        for role in TRAINED:
+            changes, cis = p.changes.get(role, []), p.boundary_cis.get(role, [])
+            if not changes:
+                cells.append("-")
+                continue
+            parts = [
+                f"s{seed}: {change:+d}" + ("" if ci is None else f" [{ci[0]:+.1f}, {ci[1]:+.1f}]")
+                for seed, change, ci in zip(p.seeds, changes, cis or [None] * len(changes),
+                                            strict=True)
+            ]  # fmt: skip
+            parts.append(f"finding on {p.findings.get(role, 0)}/{len(changes)}")
+            cells.append("; ".join(parts))
         rows.append(cells)
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
@@ -218,6 +281,10 @@ def make_sweep(folders: Sequence[Path], out: Path) -> Path:
         "problems two base evaluations swap (with pretraining seeds in the study's floor, also "
         "two equally made bases); a boundary change inside ± that floor is not a finding.\n\n"
         + sweep_table(points)
+        + "\nThe boundary differences with their 95% CIs (over problems and samples, per training "
+        "seed); a finding: beyond every base-vs-base swap count of the study's floor, with a CI "
+        "excluding 0 (the compare stage's rule).\n\n"
+        + ci_table(points)
         + "\n"
         + "\n".join(f"![{f.stem}]({f.name})" for f in figures)
         + "\n\n## Cost (unit minutes per stage, from each study's timings.jsonl)\n\n"

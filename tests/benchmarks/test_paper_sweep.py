@@ -43,12 +43,17 @@ def test_sweep_orders_bases_by_strength_and_shows_changes_beside_the_floor(tmp_p
     path = sweep.make_sweep([strong, weak], tmp_path / "out")
     text = path.read_text()
     rows = [line for line in text.splitlines() if line.startswith("| C |")]
-    assert len(rows) == 2 and "900 steps" in rows[0] and "6000 steps" in rows[1]  # weak first
+    rows, ci_rows = rows[:2], rows[2:]
+    assert len(ci_rows) == 2 and "900 steps" in rows[0] and "6000 steps" in rows[1]  # weak first
+    assert "| 2 | - | ±7 |" in rows[0]  # training seeds; this floor names no base evaluations
     assert "| 0.020 |" in rows[0] and "| ±7 | +12.0 [+10, +14] | +4.0 [+3, +5] | - |" in rows[0]
     assert "| ±9 | +4.0 [+3, +5] | -3.0 [-4, -2] | - |" in rows[1]
     # pass@1 change beside it (every trained run here has pass@1 0): 0 - 0.35 on every seed.
     assert rows[1].endswith("| -0.350 [-0.350, -0.350] | -0.350 [-0.350, -0.350] | - |")
     assert "| 3.0 |" in text  # train: 180 unit seconds (both attempts), not the stage line
+    # Per seed: each change with its CI where the compare stage gave one, and the findings.
+    assert ci_rows[1].endswith("| ±9 | s0: +5; s1: +3; finding on 0/2 | s0: -2; s1: -4; "
+                               "finding on 0/2 | - |")  # fmt: skip
     assert (tmp_path / "out" / "sweep_C.png").stat().st_size > 1000
     # The figure: boundary change (left) and pass@1 change (right), weak base first on x.
     left, right = sweep.figure_category(sweep.read_study(weak) + sweep.read_study(strong), "C").axes
@@ -71,3 +76,24 @@ def test_a_base_given_as_a_model_is_labelled_with_the_profile_name_and_its_path(
     (folder / "profile.json").write_text(json.dumps(stored))
     (point,) = sweep.read_study(folder)
     assert point.label == "regime-d3000: runs/cal/d/model-3000"
+
+
+def test_a_point_carries_its_cis_findings_and_what_its_floor_is_made_of(tmp_path):
+    folder = _study(tmp_path / "regime", 9000, (0.29, 88), {"RL": [99], "SFT": [96]}, 4)
+    path = folder / "compare" / "C" / "seed0" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    metrics["seed"] = 2
+    metrics["noise_floor"] |= {
+        "evaluations": 4,
+        "names": ["base", "base (eval 1)", "base p1", "base p1 (eval 1)"],
+    }
+    metrics["vs_base"] = {
+        "RL": {"boundary_difference_ci": [4.15, 17.85], "finding_boundary": True},
+        "SFT": {"boundary_difference_ci": [-0.5, 16.5], "finding_boundary": False},
+    }
+    path.write_text(json.dumps(metrics))
+    (point,) = sweep.read_study(folder)
+    assert point.seeds == [2] and point.floor_from == "4 evals, 2 pretraining seeds"
+    assert point.boundary_cis["RL"] == [(4.15, 17.85)] and point.findings == {"RL": 1, "SFT": 0}
+    row = sweep.ci_table([point]).splitlines()[-1]
+    assert "| s2: +8 [-0.5, +16.5]; finding on 0/1 | s2: +11 [+4.2, +17.9]; finding on 1/1 |" in row
