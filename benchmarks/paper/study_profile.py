@@ -421,6 +421,16 @@ def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict
         stored["profile"] = json.loads(json.dumps(deep_merge(DEFAULTS, stored["profile"])))
         if requested is not None and stored["profile"] != requested:
             diffs = differences(stored["profile"], requested)
+            replaced = [
+                d for d in diffs
+                if d.startswith("base.floor_models.") and "'(unset)'" not in d.split(":", 1)[1]
+            ]  # fmt: skip
+            if replaced:
+                raise StudyError(
+                    f"{out}: {replaced[0]}: a floor base already named cannot be replaced (its "
+                    "evaluations were made from the old model); remove that seed's base-p<seed>/ "
+                    "and eval/*/base-p<seed>* folders first, or choose another --out"
+                )
             if all(_adds_floor_or_record(d) for d in diffs):
                 # lr_trials / description record what was done; they configure nothing, so a
                 # folder takes the newer record (e.g. trials run after its base was pretrained).

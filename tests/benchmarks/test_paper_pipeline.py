@@ -329,6 +329,9 @@ def test_a_base_given_as_a_model_names_its_floor_models(tmp_path):
     assert models == ["m0", "m1"]
     stored = json.loads((tmp_path / "named/profile.json").read_text())
     assert stored["profile"]["base"] == {"model": "m0", "floor_models": {"1": "m1"}}
+    with pytest.raises(StudyError, match="cannot be replaced"):  # its evaluations would go stale
+        again = ["--set", "eval.floor_pretrain_seeds=[1]", "--set", "base.floor_models={1 = 'm9'}"]
+        study.run(["base", "--out", out, *named, *again])
     with pytest.raises(StudyError, match="another profile"):  # the base itself cannot change
         study.run(["base", "--out", out, "--profile", "tiny", "--set", "base={model = 'm2'}"])
 
