@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         todo = [c for c in cats if source is not None and (step, c) not in done]
         if todo:
             snapshot = args.out / f"model-{step}"
-            if not _snapshot(source, snapshot, step):
+            if not _snapshot(source, snapshot, step, args.pretrain / "pretrain_config.json"):
                 time.sleep(args.poll)
                 continue
             for cat in todo:
@@ -106,15 +106,18 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.poll)
 
 
-def _snapshot(source: Path, snapshot: Path, step: int | str) -> bool:
-    """Copy the checkpoint (without its optimizer state); False if it was replaced meanwhile
-    (the pretraining renames a new checkpoint into place every ``save_every`` steps)."""
+def _snapshot(source: Path, snapshot: Path, step: int | str, config: Path | None = None) -> bool:
+    """Copy the checkpoint (without its optimizer state) and the pretraining's ``config``, so the
+    snapshot names its recipe and step; False if the checkpoint was replaced meanwhile (the
+    pretraining renames a new checkpoint into place every ``save_every`` steps)."""
     if snapshot.exists():
         return True
     partial = snapshot.with_name(snapshot.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     try:
         shutil.copytree(source, partial, ignore=shutil.ignore_patterns("optimizer*"))
+        if config is not None and config.is_file():
+            shutil.copy2(config, partial / config.name)
         state = partial / "state.json"
         if step != "final" and json.loads(state.read_text(encoding="utf-8"))["step"] != step:
             raise FileNotFoundError("a newer checkpoint")

@@ -94,6 +94,20 @@ def _k_grid(ks: tuple[int, ...]) -> str:
     return f"1..{ks[-1]}" if every else str(list(ks))
 
 
+def checkpoint_of(model: Path) -> str:
+    """`` (step S of a testbed `size` pretraining of N steps, seed X)`` for a model folder that is
+    a kept pretraining checkpoint (its ``state.json`` and ``pretrain_config.json``), else ''."""
+    try:
+        step = json.loads((model / "state.json").read_text(encoding="utf-8"))["step"]
+        config = json.loads((model / "pretrain_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError):
+        return ""
+    return (
+        f" (the checkpoint at step {step} of a testbed `{config.get('size')}` pretraining of "
+        f"{config.get('max_steps')} steps, pretraining seed {config.get('seed')})"
+    )
+
+
 def _overview(study: Study) -> str:
     p = study.profile
     ev = p["eval"]
@@ -104,7 +118,7 @@ def _overview(study: Study) -> str:
         what = f"testbed `{pre.get('size', 'nano')}` model pretrained for {base.get('steps')} steps"
         what += f" (held-out NLL of the agent's tokens {_num(loss)})" if loss is not None else ""
     else:
-        what = f"`{p['base']['model']}`"
+        what = f"`{p['base']['model']}`" + checkpoint_of(Path(p["base"]["model"]))
     lines = [
         f"# Matched-data study: {p['name']}\n",
         p["description"].strip() + "\n" if p["description"].strip() else "",

@@ -35,8 +35,11 @@ def test_a_checkpoint_replaced_while_copied_is_not_kept(pretrained, tmp_path):
     assert not calibration_curve._snapshot(source, tmp_path / "model-250", 250)
     assert not (tmp_path / "model-250").exists()
     assert not (tmp_path / "model-250.partial").exists()
-    assert calibration_curve._snapshot(source, tmp_path / "model-500", 500)
+    config = pretrained / "pretrain_config.json"
+    assert calibration_curve._snapshot(source, tmp_path / "model-500", 500, config)
     assert (tmp_path / "model-500" / "config.json").exists()
+    kept = json.loads((tmp_path / "model-500" / "pretrain_config.json").read_text())
+    assert kept == json.loads(config.read_text()) and kept["max_steps"] == 4  # its recipe
 
 
 @pytest.mark.slow

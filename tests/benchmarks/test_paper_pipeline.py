@@ -336,6 +336,21 @@ def test_a_base_given_as_a_model_names_its_floor_models(tmp_path):
         study.run(["base", "--out", out, "--profile", "tiny", "--set", "base={model = 'm2'}"])
 
 
+def test_a_kept_pretraining_checkpoint_is_described_by_its_recipe_and_step(tmp_path):
+    from study_report import checkpoint_of
+
+    model = tmp_path / "model-9000"
+    model.mkdir()
+    assert checkpoint_of(model) == ""  # a model folder that is not a kept checkpoint
+    (model / "state.json").write_text(json.dumps({"step": 9000}))
+    config = {"size": "micro", "max_steps": 12000, "seed": 1}
+    (model / "pretrain_config.json").write_text(json.dumps(config))
+    assert checkpoint_of(model) == (
+        " (the checkpoint at step 9000 of a testbed `micro` pretraining of 12000 steps, "
+        "pretraining seed 1)"
+    )
+
+
 @pytest.mark.slow
 def test_a_failing_unit_fails_the_stage_with_its_log(tmp_path):
     profile = tmp_path / "broken.toml"
