@@ -171,7 +171,9 @@ def load_model(
         if resume_from is not None:
             load_adapter(model, resume_from)
     if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # transformers 5.25 renamed it (the old name goes in v6); older versions have only the old
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        (enable or model.gradient_checkpointing_enable)()
         if config.finetune == "lora":
             model.enable_input_require_grads()
     return model.train(), tokenizer

@@ -166,3 +166,22 @@ def test_on_policy_control_trains_on_the_bases_own_successes(format_checkpoint, 
         params=SamplingParams(temperature=0.0, max_new_tokens=8),
     ).episodes
     assert sum(e.correct for e in episodes) >= 3, [e.messages[-1] for e in episodes]
+
+
+@pytest.mark.parametrize("finetune", ["full", "lora"])
+def test_gradient_checkpointing_is_switched_on_and_still_trains(tiny64, finetune, recwarn):
+    """``gradient_checkpointing`` recomputes activations in the backward pass: the model says it
+    checkpoints, gradients still reach the trainable weights, and no deprecated name is used."""
+    from passkt.agents.train.common import load_model
+
+    config = sft_config(tiny64, "unused", {}, finetune=finetune, gradient_checkpointing=True)
+    model, tokenizer = load_model(config)
+    checkpointing = getattr(model, "is_activation_checkpointing", None)
+    if checkpointing is None:  # transformers before 5.25
+        checkpointing = model.is_gradient_checkpointing
+    assert checkpointing
+    ids = tokenizer("a b c d", return_tensors="pt").input_ids
+    model(input_ids=ids, labels=ids).loss.backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert grads and all(g is not None for g in grads)
+    assert not [w for w in recwarn if "gradient_checkpointing_enable" in str(w.message)]
