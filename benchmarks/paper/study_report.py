@@ -94,6 +94,17 @@ def _k_grid(ks: tuple[int, ...]) -> str:
     return f"1..{ks[-1]}" if every else str(list(ks))
 
 
+def base_pretrain_seed(base: dict[str, Any]) -> int | str:
+    """The base's pretraining seed: its recipe's, a kept checkpoint's, or '-' for a named model."""
+    if "pretrain" in base:
+        return base["pretrain"].get("seed", 0)
+    try:
+        path = Path(base["model"]) / "pretrain_config.json"
+        return json.loads(path.read_text(encoding="utf-8"))["seed"]
+    except (OSError, ValueError, KeyError):
+        return "-"
+
+
 def checkpoint_of(model: Path) -> str:
     """`` (step S of a testbed `size` pretraining of N steps, seed X)`` for a model folder that is
     a kept pretraining checkpoint (its ``state.json`` and ``pretrain_config.json``), else ''."""
@@ -150,7 +161,7 @@ def _targets(study: Study) -> str:
     from passkt.eval.store import load_run
 
     targets, level = study.profile["targets"], study.profile["stats"]["level"]
-    own_seed = study.profile["base"].get("pretrain", {}).get("seed", 0)
+    own_seed = base_pretrain_seed(study.profile["base"])
     rows = []
     for cat in study.categories:
         t_max, n = max(study.budgets(cat)), study.n(cat)

@@ -337,11 +337,13 @@ def test_a_base_given_as_a_model_names_its_floor_models(tmp_path):
 
 
 def test_a_kept_pretraining_checkpoint_is_described_by_its_recipe_and_step(tmp_path):
-    from study_report import checkpoint_of
+    from study_report import base_pretrain_seed, checkpoint_of
 
     model = tmp_path / "model-9000"
     model.mkdir()
     assert checkpoint_of(model) == ""  # a model folder that is not a kept checkpoint
+    assert base_pretrain_seed({"model": str(model)}) == "-"
+    assert base_pretrain_seed({"pretrain": {"size": "micro", "seed": 3}}) == 3
     (model / "state.json").write_text(json.dumps({"step": 9000}))
     config = {"size": "micro", "max_steps": 12000, "seed": 1}
     (model / "pretrain_config.json").write_text(json.dumps(config))
@@ -349,6 +351,7 @@ def test_a_kept_pretraining_checkpoint_is_described_by_its_recipe_and_step(tmp_p
         " (the checkpoint at step 9000 of a testbed `micro` pretraining of 12000 steps, "
         "pretraining seed 1)"
     )
+    assert base_pretrain_seed({"model": str(model)}) == 1
 
 
 @pytest.mark.slow
