@@ -421,10 +421,10 @@ def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict
         stored["profile"] = json.loads(json.dumps(deep_merge(DEFAULTS, stored["profile"])))
         if requested is not None and stored["profile"] != requested:
             diffs = differences(stored["profile"], requested)
-            replaced = [
-                d for d in diffs
-                if d.startswith("base.floor_models.") and "'(unset)'" not in d.split(":", 1)[1]
-            ]  # fmt: skip
+            named = stored["profile"]["base"].get("floor_models", {})
+            renamed = requested["base"].get("floor_models", {})
+            replaced = [f"base.floor_models.{k}: {named[k]!r} -> {renamed[k]!r}"
+                        for k in named if k in renamed and named[k] != renamed[k]]  # fmt: skip
             if replaced:
                 raise StudyError(
                     f"{out}: {replaced[0]}: a floor base already named cannot be replaced (its "

@@ -54,7 +54,8 @@ def _json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of already formatted cells (the study report's and the sweep's)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
 
@@ -94,25 +95,32 @@ def _k_grid(ks: tuple[int, ...]) -> str:
     return f"1..{ks[-1]}" if every else str(list(ks))
 
 
-def base_pretrain_seed(base: dict[str, Any]) -> int | str:
-    """The base's pretraining seed: its recipe's, a kept checkpoint's, or '-' for a named model."""
-    if "pretrain" in base:
-        return base["pretrain"].get("seed", 0)
-    try:
-        path = Path(base["model"]) / "pretrain_config.json"
-        return json.loads(path.read_text(encoding="utf-8"))["seed"]
-    except (OSError, ValueError, KeyError):
-        return "-"
-
-
-def checkpoint_of(model: Path) -> str:
-    """`` (step S of a testbed `size` pretraining of N steps, seed X)`` for a model folder that is
-    a kept pretraining checkpoint (its ``state.json`` and ``pretrain_config.json``), else ''."""
+def _kept_checkpoint(model: Path) -> tuple[int, dict[str, Any]] | None:
+    """``(step, pretraining config)`` of a model folder that is a kept pretraining checkpoint
+    (calibration_curve.py's snapshots: ``state.json`` and ``pretrain_config.json``), else None."""
     try:
         step = json.loads((model / "state.json").read_text(encoding="utf-8"))["step"]
         config = json.loads((model / "pretrain_config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, KeyError):
+        return None
+    return step, config
+
+
+def base_pretrain_seed(base: dict[str, Any]) -> int | str:
+    """The base's pretraining seed: its recipe's, a kept checkpoint's, or '-' for a named model."""
+    if "pretrain" in base:
+        return base["pretrain"].get("seed", 0)
+    kept = _kept_checkpoint(Path(base["model"]))
+    return "-" if kept is None else kept[1].get("seed", 0)
+
+
+def checkpoint_of(model: Path) -> str:
+    """`` (the checkpoint at step S of a testbed `size` pretraining of N steps, pretraining seed
+    X)`` for a kept pretraining checkpoint, else ''."""
+    kept = _kept_checkpoint(model)
+    if kept is None:
         return ""
+    step, config = kept
     return (
         f" (the checkpoint at step {step} of a testbed `{config.get('size')}` pretraining of "
         f"{config.get('max_steps')} steps, pretraining seed {config.get('seed')})"
@@ -202,7 +210,7 @@ def _targets(study: Study) -> str:
             f"trained from the pretraining seed {own_seed} base only, the others' evaluations "
             "join the noise floor.\n\n"
         )
-    return intro + _table(header, rows)
+    return intro + markdown_table(header, rows)
 
 
 def _lr_trials(study: Study) -> str:
@@ -364,7 +372,9 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
             + [diff(r, diversity, 2) for r in trained]
         )
         table.append(["Jaccard with base", "-", *(_spread(jaccard(r)) for r in trained), *blank])
-    text = f"### {cat}: {study.env(cat)[0]} (T_max = {t_max}, n = {n})\n\n" + _table(header, table)
+    text = f"### {cat}: {study.env(cat)[0]} (T_max = {t_max}, n = {n})\n\n" + markdown_table(
+        header, table
+    )
     return text + _perplexity_aggregate(study, rows)
 
 
@@ -384,7 +394,7 @@ def _perplexity_aggregate(study: Study, rows: list[tuple[dict, dict]]) -> str:
     if all(c == "-" for row in table for c in row[1:]):
         return "\nSegment perplexity: no successful trajectories to score.\n"
     header = ["segment", *(f"{role}'s successes" for role in roles)]
-    return "\nPerplexity of successful trajectories under the base model\n\n" + _table(
+    return "\nPerplexity of successful trajectories under the base model\n\n" + markdown_table(
         header, table
     )
 
@@ -416,7 +426,7 @@ def _training_table(study: Study, cat: str) -> str:
             keys = ("reward/mean", "loss/nll", "eval/pass@1")
             shown = ", ".join(f"{k} {last[k]:.3g}" for k in keys if k in last)
             rows.append([run_name(ROLES[method], seed), str(done.get("steps")), shown or "-"])
-    return "Training runs\n\n" + _table(["run", "steps", "last step"], rows)
+    return "Training runs\n\n" + markdown_table(["run", "steps", "last step"], rows)
 
 
 def _seed_figure(study: Study, cat: str) -> str:
@@ -553,9 +563,9 @@ def _cost(study: Study) -> str:
         f"`timings.jsonl`; this machine has {cores} cores. Stage wall time is the time the stage "
         "took with its units run in parallel (`--jobs`), summed over calls; this report's own "
         "time is recorded after it is written.\n\n"
-        + _table(["stage", "units", "unit seconds", "stage wall seconds"], rows)
+        + markdown_table(["stage", "units", "unit seconds", "stage wall seconds"], rows)
         + "\n"
-        + _table(["stage", "unit", "seconds", "attempts", "failed", "threads"], detail)
+        + markdown_table(["stage", "unit", "seconds", "attempts", "failed", "threads"], detail)
     )
 
 

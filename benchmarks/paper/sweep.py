@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from study_report import markdown_table
+
 TRAINED = ("SFT", "RL", "RFT")
 COLORS = {"SFT": "#3182bd", "RL": "#e6550d", "RFT": "#31a354"}
 
@@ -183,8 +185,7 @@ def sweep_table(points: Sequence[Point]) -> str:
         cells += [_spread(p.changes.get(r, [])) for r in TRAINED]
         cells += [_spread_rate(p.pass1_changes.get(r, [])) for r in TRAINED]
         rows.append(cells)
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+    return markdown_table(header, rows)
 
 
 def ci_table(points: Sequence[Point]) -> str:
@@ -208,8 +209,7 @@ def ci_table(points: Sequence[Point]) -> str:
             parts.append(f"finding on {p.findings.get(role, 0)}/{len(changes)}")
             cells.append("; ".join(parts))
         rows.append(cells)
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+    return markdown_table(header, rows)
 
 
 def figure_category(points: Sequence[Point], category: str) -> Any:
