@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from study_report import markdown_table
+from study_report import _stage_order, markdown_table
 
 TRAINED = ("SFT", "RL", "RFT")
 COLORS = {"SFT": "#3182bd", "RL": "#e6550d", "RFT": "#31a354"}
@@ -146,16 +146,19 @@ def _floor_from(floor: dict | None) -> str:
     return f"{evals} evals, {len(pretrain)} pretraining seed{'s' * (len(pretrain) > 1)}"
 
 
-def stage_seconds(folder: Path) -> dict[str, float]:
-    """Unit seconds per stage of a study (all attempts), from its ``timings.jsonl``."""
+def stage_seconds(folder: Path) -> dict[str, tuple[float, float]]:
+    """Per stage of a study, from its ``timings.jsonl``: (unit seconds summed over every unit and
+    attempt, the stage's wall seconds with its units run in parallel, summed over calls)."""
     path = folder / "timings.jsonl"
-    totals: dict[str, float] = defaultdict(float)
+    units: dict[str, float] = defaultdict(float)
+    walls: dict[str, float] = defaultdict(float)
     if path.is_file():
         for line in path.read_text(encoding="utf-8").splitlines():
             record = json.loads(line) if line.strip() else None
-            if record and record["status"] != "stage":
+            if record:
+                totals = walls if record["status"] == "stage" else units
                 totals[record["stage"]] += record["seconds"]
-    return dict(totals)
+    return {stage: (units[stage], walls[stage]) for stage in units.keys() | walls.keys()}
 
 
 def _spread(values: list[int]) -> str:
@@ -169,6 +172,10 @@ def _spread_rate(values: list[float]) -> str:
     if not values:
         return "-"
     return f"{statistics.fmean(values):+.3f} [{min(values):+.3f}, {max(values):+.3f}]"
+
+
+def _minutes(unit: float, wall: float) -> str:
+    return f"{unit / 60:.1f} / {wall / 60:.1f}"
 
 
 def sweep_table(points: Sequence[Point]) -> str:
@@ -269,12 +276,13 @@ def make_sweep(folders: Sequence[Path], out: Path) -> Path:
         plot_category(points, cat, out / f"sweep_{cat}.png")
         for cat in sorted({p.category for p in points})
     ]
-    stages = sorted({s for folder in folders for s in stage_seconds(folder)})
+    stages = sorted({s for folder in folders for s in stage_seconds(folder)}, key=_stage_order)
     cost = ["| study | " + " | ".join(stages) + " | total |", "|---" * (len(stages) + 2) + "|"]
     for folder in folders:
         seconds = stage_seconds(folder)
-        cells = [f"{seconds.get(s, 0.0) / 60:.1f}" for s in stages]
-        cost.append(f"| {folder} | " + " | ".join(cells) + f" | {sum(seconds.values()) / 60:.1f} |")
+        cells = [_minutes(*seconds.get(s, (0.0, 0.0))) for s in stages]
+        total = _minutes(sum(u for u, _ in seconds.values()), sum(w for _, w in seconds.values()))
+        cost.append(f"| {folder} | " + " | ".join(cells) + f" | {total} |")
     text = (
         "# Base-strength sweep\n\nBoundary change (trained − base boundary size at T_max) and "
         "pass@1 change: mean [min, max] over training seeds. Noise floor: the largest number of "
@@ -287,7 +295,10 @@ def make_sweep(folders: Sequence[Path], out: Path) -> Path:
         + ci_table(points)
         + "\n"
         + "\n".join(f"![{f.stem}]({f.name})" for f in figures)
-        + "\n\n## Cost (unit minutes per stage, from each study's timings.jsonl)\n\n"
+        + "\n\n## Cost\n\nMinutes per stage of each study, from its `timings.jsonl`: unit "
+        "minutes (every unit and attempt, summed: the compute) / stage wall minutes (its units "
+        "run in parallel, `--jobs`). A study that pretrained its own base counts that in `base`; "
+        "one trained from a kept checkpoint shares its pretraining and counts 0 there.\n\n"
         + "\n".join(cost)
         + "\n"
     )

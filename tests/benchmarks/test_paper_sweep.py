@@ -50,7 +50,8 @@ def test_sweep_orders_bases_by_strength_and_shows_changes_beside_the_floor(tmp_p
     assert "| ±9 | +4.0 [+3, +5] | -3.0 [-4, -2] | - |" in rows[1]
     # pass@1 change beside it (every trained run here has pass@1 0): 0 - 0.35 on every seed.
     assert rows[1].endswith("| -0.350 [-0.350, -0.350] | -0.350 [-0.350, -0.350] | - |")
-    assert "| 3.0 |" in text  # train: 180 unit seconds (both attempts), not the stage line
+    # train: 180 unit seconds (both attempts) beside the stage's own 999 wall seconds.
+    assert "| 3.0 / 16.6 | 3.0 / 16.6 |" in text
     # Per seed: each change with its CI where the compare stage gave one, and the findings.
     assert ci_rows[1].endswith("| ±9 | s0: +5; s1: +3; finding on 0/2 | s0: -2; s1: -4; "
                                "finding on 0/2 | - |")  # fmt: skip
