@@ -219,6 +219,14 @@ def ci_table(points: Sequence[Point]) -> str:
     return markdown_table(header, rows)
 
 
+def _ci_envelope(point: Point, role: str) -> tuple[float, float] | None:
+    """Lowest lower and highest upper bound of a kind's per-seed boundary CIs (None: none)."""
+    cis = [ci for ci in point.boundary_cis.get(role, []) if ci is not None]
+    if not cis or role not in point.changes:
+        return None
+    return min(low for low, _ in cis), max(high for _, high in cis)
+
+
 def figure_category(points: Sequence[Point], category: str) -> Any:
     """Two panels against base pass@1: boundary change (grey: ± the floor's largest swap count)
     and pass@1 change (grey: ± the floor's largest |gap@1|); mean and seed range per kind."""
@@ -249,11 +257,25 @@ def figure_category(points: Sequence[Point], category: str) -> Any:
             if xs:
                 ax.errorbar(xs, means, yerr=[lows, highs], fmt="o-", color=COLORS[role],
                             label=role, capsize=3)  # fmt: skip
+            if attribute == "changes":  # the per-seed 95% CIs' envelope, where compare gave them
+                envelope = [(p.base_pass1 + offset, statistics.fmean(p.changes[role]), cis)
+                            for p in chosen if (cis := _ci_envelope(p, role))]  # fmt: skip
+                if envelope:
+                    below = [mean - low for _, mean, (low, _) in envelope]
+                    above = [high - mean for _, mean, (_, high) in envelope]
+                    ax.errorbar([e[0] for e in envelope], [e[1] for e in envelope],
+                                yerr=[below, above], fmt="none", ecolor=COLORS[role],
+                                alpha=0.35, elinewidth=4,
+                                label="_nolegend_")  # fmt: skip
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xlabel("base pass@1 at T_max")
         ax.set_ylabel(ylabel)
         ax.legend()
-    fig.suptitle(f"{category}: change vs base strength (grey: ± base-vs-base noise floor)")
+    fig.suptitle(
+        f"{category}: change vs base strength\ngrey: ± base-vs-base noise floor; capped bars: "
+        "range over training seeds; wide pale bars: the seeds' 95% CIs (boundary)",
+        fontsize="medium",
+    )
     return fig
 
 

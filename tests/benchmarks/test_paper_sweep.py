@@ -98,3 +98,8 @@ def test_a_point_carries_its_cis_findings_and_what_its_floor_is_made_of(tmp_path
     assert point.boundary_cis["RL"] == [(4.15, 17.85)] and point.findings == {"RL": 1, "SFT": 0}
     row = sweep.ci_table([point]).splitlines()[-1]
     assert "| s2: +8 [-0.5, +16.5]; finding on 0/1 | s2: +11 [+4.2, +17.9]; finding on 1/1 |" in row
+    # The figure draws each kind's CI envelope around its boundary change, not the seed range.
+    left, _ = sweep.figure_category([point], "C").axes
+    pale = [c for c in left.containers if c.get_label() == "_nolegend_"]
+    segments = sorted(tuple(seg[:, 1]) for c in pale for seg in c.lines[2][0].get_segments())
+    assert segments == [pytest.approx((-0.5, 16.5)), pytest.approx((4.15, 17.85))]
