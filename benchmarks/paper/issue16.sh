@@ -50,22 +50,23 @@ if [ ! -f "$D/base-p1/done.json" ]; then
     wait $pretraining
 fi
 
-# 4. The studies of the checkpoints: the same recipe from each. Step 9000 is the regime study
-#    (every category and training seed, both pretraining seeds in its floor); steps 6000 and
-#    3000 are the sweep's weaker bases (math and bridge, training seed 0).
+# 4. The studies of the checkpoints: the same recipe from each, each with the second pretraining
+#    seed's checkpoint of the same step in its floor. Step 9000 is the regime study (every
+#    category and training seed); steps 6000 and 3000 are the sweep's weaker bases (math and
+#    bridge, training seed 0). A folder made before its floor named base-p1 (an evaluation floor
+#    only) takes the new floor: its base-p1 evaluations are added, compare and report made again.
 mkdir -p "$RUNS/profiles"
 for s in 9000 6000 3000; do
     profile=$RUNS/profiles/regime-d$s.toml
     sed -e "s|^pretrain = .*|model = \"$RUNS/cal/d/model-$s\"|" \
         -e "s|^name = .*|name = \"regime-d$s\"|" \
         benchmarks/paper/profiles/regime.toml > "$profile"
+    floor="base.floor_models={1 = \"$RUNS/cal/d-p1/model-$s\"}"
     if [ "$s" = 9000 ]; then
-        $STUDY all --profile "$profile" --out "$RUNS/regime-d$s" --jobs 2 \
-            --set "base.floor_models={1 = \"$RUNS/cal/d-p1/model-$s\"}"
+        $STUDY all --profile "$profile" --out "$RUNS/regime-d$s" --jobs 2 --set "$floor"
     else
         $STUDY all --profile "$profile" --out "$RUNS/regime-d$s" --categories A,C --seeds 0 \
-            --jobs 2 --set 'eval.floor_pretrain_seeds=[]' \
-            --set "eval.n_per_category=${N_PER_CATEGORY[$s]}"
+            --jobs 2 --set "$floor" --set "eval.n_per_category=${N_PER_CATEGORY[$s]}"
     fi
 done
 
