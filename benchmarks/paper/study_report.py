@@ -538,7 +538,7 @@ def _cost(study: Study) -> str:
     for (stage, unit), attempts in units.items():
         by_stage[stage].append((unit, attempts))
     rows = []
-    for stage in sorted(by_stage, key=_stage_order):
+    for stage in sorted(by_stage, key=stage_order):
         unit_seconds = sum(a["seconds"] for _, attempts in by_stage[stage] for a in attempts)
         wall = stages.get(stage)
         rows.append(
@@ -548,7 +548,7 @@ def _cost(study: Study) -> str:
     total = sum(stages.values())
     rows.append(["**total**", "", "", f"{total:.1f} ({total / 60:.1f} min)"])
     detail = []
-    for stage in sorted(by_stage, key=_stage_order):
+    for stage in sorted(by_stage, key=stage_order):
         for unit, attempts in by_stage[stage]:
             seconds = sum(a["seconds"] for a in attempts)
             failed = sum(a["status"] == "failed" for a in attempts)
@@ -569,7 +569,8 @@ def _cost(study: Study) -> str:
     )
 
 
-def _stage_order(stage: str) -> int:
+def stage_order(stage: str) -> int:
+    """A stage's place in the pipeline (unknown stages last): the order of cost tables."""
     from study_stages import STAGES
 
     return STAGES.index(stage) if stage in STAGES else len(STAGES)

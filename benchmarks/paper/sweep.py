@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from study_report import _stage_order, markdown_table
+from study_report import markdown_table, stage_order
 
 TRAINED = ("SFT", "RL", "RFT")
 COLORS = {"SFT": "#3182bd", "RL": "#e6550d", "RFT": "#31a354"}
@@ -298,7 +298,7 @@ def make_sweep(folders: Sequence[Path], out: Path) -> Path:
         plot_category(points, cat, out / f"sweep_{cat}.png")
         for cat in sorted({p.category for p in points})
     ]
-    stages = sorted({s for folder in folders for s in stage_seconds(folder)}, key=_stage_order)
+    stages = sorted({s for folder in folders for s in stage_seconds(folder)}, key=stage_order)
     cost = ["| study | " + " | ".join(stages) + " | total |", "|---" * (len(stages) + 2) + "|"]
     for folder in folders:
         seconds = stage_seconds(folder)
