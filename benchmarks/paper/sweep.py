@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from study_report import markdown_table, stage_order
+from study_report import markdown_table, read_timings, stage_order
 
 TRAINED = ("SFT", "RL", "RFT")
 COLORS = {"SFT": "#3182bd", "RL": "#e6550d", "RFT": "#31a354"}
@@ -149,15 +149,11 @@ def _floor_from(floor: dict | None) -> str:
 def stage_seconds(folder: Path) -> dict[str, tuple[float, float]]:
     """Per stage of a study, from its ``timings.jsonl``: (unit seconds summed over every unit and
     attempt, the stage's wall seconds with its units run in parallel, summed over calls)."""
-    path = folder / "timings.jsonl"
     units: dict[str, float] = defaultdict(float)
     walls: dict[str, float] = defaultdict(float)
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            record = json.loads(line) if line.strip() else None
-            if record:
-                totals = walls if record["status"] == "stage" else units
-                totals[record["stage"]] += record["seconds"]
+    for record in read_timings(folder):
+        totals = walls if record["status"] == "stage" else units
+        totals[record["stage"]] += record["seconds"]
     return {stage: (units[stage], walls[stage]) for stage in units.keys() | walls.keys()}
 
 
@@ -222,7 +218,7 @@ def ci_table(points: Sequence[Point]) -> str:
 def _ci_envelope(point: Point, role: str) -> tuple[float, float] | None:
     """Lowest lower and highest upper bound of a kind's per-seed boundary CIs (None: none)."""
     cis = [ci for ci in point.boundary_cis.get(role, []) if ci is not None]
-    if not cis or role not in point.changes:
+    if not cis:
         return None
     return min(low for low, _ in cis), max(high for _, high in cis)
 
@@ -245,7 +241,7 @@ def figure_category(points: Sequence[Point], category: str) -> Any:
                 ax.fill_between([p.base_pass1 - 0.005, p.base_pass1 + 0.005], -floor, floor,
                                 color="0.85")  # fmt: skip
         for offset, role in zip((-0.003, 0.0, 0.003), TRAINED, strict=True):
-            xs, means, lows, highs = [], [], [], []
+            xs, means, lows, highs, cis = [], [], [], [], []
             for p in chosen:
                 values = getattr(p, attribute).get(role)
                 if values:
@@ -254,19 +250,18 @@ def figure_category(points: Sequence[Point], category: str) -> Any:
                     means.append(mean)
                     lows.append(mean - min(values))
                     highs.append(max(values) - mean)
+                    if attribute == "changes":  # the per-seed 95% CIs' envelope, where given
+                        cis.append((len(xs) - 1, _ci_envelope(p, role)))
             if xs:
                 ax.errorbar(xs, means, yerr=[lows, highs], fmt="o-", color=COLORS[role],
                             label=role, capsize=3)  # fmt: skip
-            if attribute == "changes":  # the per-seed 95% CIs' envelope, where compare gave them
-                envelope = [(p.base_pass1 + offset, statistics.fmean(p.changes[role]), cis)
-                            for p in chosen if (cis := _ci_envelope(p, role))]  # fmt: skip
-                if envelope:
-                    below = [mean - low for _, mean, (low, _) in envelope]
-                    above = [high - mean for _, mean, (_, high) in envelope]
-                    ax.errorbar([e[0] for e in envelope], [e[1] for e in envelope],
-                                yerr=[below, above], fmt="none", ecolor=COLORS[role],
-                                alpha=0.35, elinewidth=4,
-                                label="_nolegend_")  # fmt: skip
+            cis = [(i, ci) for i, ci in cis if ci is not None]
+            if cis:
+                ax.errorbar([xs[i] for i, _ in cis], [means[i] for i, _ in cis],
+                            yerr=[[means[i] - lo for i, (lo, _) in cis],
+                                  [hi - means[i] for i, (_, hi) in cis]],
+                            fmt="none", ecolor=COLORS[role], alpha=0.35, elinewidth=4,
+                            label="_nolegend_")  # fmt: skip
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xlabel("base pass@1 at T_max")
         ax.set_ylabel(ylabel)
