@@ -34,30 +34,38 @@ ARGS = [
 ]
 LINES = 20 * 6 * 5
 
-# Each process imports everything, then waits for the go file: they reach the store together.
+# Each process imports everything, says it is ready, then waits for the go file: they reach the
+# store together however slowly a loaded machine imports.
 _LAUNCHER = """
 import os, sys, time
 from passkt.eval.cli import main
-go = sys.argv[1]
+ready, go = sys.argv[1:3]
+open(os.path.join(ready, str(os.getpid())), "w").close()
 while not os.path.exists(go):
     time.sleep(0.001)
-sys.exit(main(sys.argv[2:]))
+sys.exit(main(sys.argv[3:]))
 """
 
 
 def _race(tmp_path: Path, argv: list[str], processes: int) -> list[tuple[int, int, str]]:
     """Start ``processes`` CLIs on the same arguments at once: ``[(pid, exit code, stderr)]``."""
-    go = tmp_path / f"go-{time.monotonic_ns()}"
+    race = tmp_path / f"race-{time.monotonic_ns()}"
+    ready, go = race / "ready", race / "go"
+    ready.mkdir(parents=True)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _LAUNCHER, str(go), *argv],
+            [sys.executable, "-c", _LAUNCHER, str(ready), str(go), *argv],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
         )
         for _ in range(processes)
     ]
-    time.sleep(0.5)  # let them import (they only wait for the file after that)
+    deadline = time.monotonic() + 300
+    while len(list(ready.iterdir())) < processes:  # every one imported and waiting
+        if time.monotonic() > deadline or any(proc.poll() is not None for proc in procs):
+            break  # a process that died before the go is reported by the checks below
+        time.sleep(0.01)
     go.touch()
     out = []
     for proc in procs:
