@@ -26,9 +26,11 @@ import gymnasium as gym
 
 from passkt.envs.contract import (
     EnvContract,
+    EnvContractError,
     ReplayMismatchError,
     ToolBudget,
     announce,
+    chain_forkable,
     inspect_env,
     task_seed,
 )
@@ -36,27 +38,6 @@ from passkt.envs.contract import (
 logger = logging.getLogger(__name__)
 
 __all__ = ["EnvRunner", "History", "chain_forkable", "check_replayed", "fork_chain"]
-
-
-_PASSIVE = (
-    gym.RewardWrapper,
-    gym.ActionWrapper,
-    gym.wrappers.OrderEnforcing,
-    gym.wrappers.PassiveEnvChecker,
-    gym.wrappers.TimeLimit,
-    gym.wrappers.RecordEpisodeStatistics,
-)
-"""Wrappers that leave observations alone, so a fork below them needs no replay."""
-
-
-def chain_forkable(env: gym.Env) -> bool:
-    """Whether :func:`fork_chain` can fork ``env``: a ``fork`` at the bottom and only wrappers
-    that leave observations alone or transform them with ``observation()``."""
-    while isinstance(env, gym.Wrapper):
-        if not isinstance(env, (*_PASSIVE, gym.ObservationWrapper)):
-            return False
-        env = env.env
-    return callable(getattr(env, "fork", None))
 
 
 def fork_chain(env: gym.Env, max_tool_calls: int) -> tuple[gym.Env, Any]:
@@ -140,7 +121,8 @@ class EnvRunner:
             return gym.make(
                 self.env_id, **self.kwargs, max_tool_calls=budget, disable_env_checker=True
             )
-        return ToolBudget(gym.make(self.env_id, **self.kwargs, disable_env_checker=True), budget)
+        env = gym.make(self.env_id, **self.kwargs, disable_env_checker=True)
+        return ToolBudget(env, budget, self.contract.reward_floor)
 
     def reset_args(self, task_id: str, seed: int) -> tuple[int, dict[str, Any] | None]:
         """``reset`` arguments of a task: its id as an option, or (seed tasks) its seed."""
@@ -209,6 +191,14 @@ class EnvRunner:
             f"{self.contract.reward_max:g} (set spec.reward_threshold, or report info['correct'])",
         )
         return float(reward) >= self.contract.reward_max
+
+    def over_budget(self, calls: int, budget: int) -> None:
+        """Raise: an episode went on after more calls than its budget allows."""
+        raise EnvContractError(
+            f"{self.env_id}: an episode went on after {calls} tool calls at T = {budget}: the env "
+            "was made with max_tool_calls but does not end the episode at the budget (end it, "
+            "or drop the max_tool_calls argument so passkt enforces T with its wrapper)"
+        )
 
     def tool_calls(self, info: Mapping[str, Any], before: int, done: bool) -> int:
         """``info["tool_calls"]``, else one more for every turn that does not end the episode."""

@@ -471,6 +471,8 @@ def _record_turn(
         episode.messages.append({"role": "assistant", "content": completion.text})
     episode.turns.append(Turn(completion, str(info.get("action", "")), "" if done else observation))
     episode.tool_calls = runner.tool_calls(info, episode.tool_calls, done)
+    if not done and episode.tool_calls > episode.budget:
+        runner.over_budget(episode.tool_calls, episode.budget)
     episode.reward += float(reward)
     episode.terminated, episode.truncated = bool(terminated), bool(truncated)
     if done:

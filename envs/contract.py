@@ -30,6 +30,7 @@ import importlib
 import inspect
 import logging
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -50,6 +51,10 @@ __all__ = [
     "TaskRef",
     "ToolBudget",
     "announce",
+    "chain_forkable",
+    "check_replay",
+    "constructor_arguments",
+    "first_task",
     "import_modules",
     "inspect_env",
     "resolve_env_id",
@@ -205,8 +210,9 @@ def resolve_env_id(env_id: str) -> None:
     )
 
 
-def _takes(env_id: str, argument: str) -> bool:
-    """Whether the env's constructor accepts ``argument`` (or ``**kwargs``)."""
+def constructor_arguments(env_id: str) -> tuple[frozenset[str], bool]:
+    """The argument names the env's constructor (its entry point) names, and whether it also
+    takes ``**kwargs``. A constructor that cannot be inspected counts as ``**kwargs`` only."""
     spec = gym.spec(env_id.rpartition(":")[2])  # gym.spec takes no "module:" prefix
     creator = spec.entry_point
     if isinstance(creator, str):
@@ -216,10 +222,36 @@ def _takes(env_id: str, argument: str) -> bool:
     try:
         parameters = inspect.signature(creator).parameters
     except (TypeError, ValueError):
-        return True
-    return argument in parameters or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+        return frozenset(), True
+    named = frozenset(
+        name
+        for name, p in parameters.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     )
+    var_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return named, var_keyword
+
+
+_PASSIVE = (
+    gym.RewardWrapper,
+    gym.ActionWrapper,
+    gym.wrappers.OrderEnforcing,
+    gym.wrappers.PassiveEnvChecker,
+    gym.wrappers.TimeLimit,
+    gym.wrappers.RecordEpisodeStatistics,
+)
+"""Wrappers that leave observations alone, so a fork below them needs no replay."""
+
+
+def chain_forkable(env: gym.Env) -> bool:
+    """Whether ``passkt.agents.env_runtime.fork_chain`` can fork ``env``: a ``fork`` at the
+    bottom and only wrappers that leave observations alone or transform them with
+    ``observation()``."""
+    while isinstance(env, gym.Wrapper):
+        if not isinstance(env, (*_PASSIVE, gym.ObservationWrapper)):
+            return False
+        env = env.env
+    return callable(getattr(env, "fork", None))
 
 
 def wrapper_attr(env: gym.Env, name: str) -> Any:
@@ -250,6 +282,11 @@ class EnvContract:
     has_tools: bool
     reward_max: float
     fallbacks: tuple[str, ...] = field(default=())
+    replays: bool = True
+    """Budget branches re-make the env and replay the actions (no ``fork`` that passkt can copy
+    through every wrapper); ``check_replay`` tests such an env before a run."""
+    reward_floor: float = 0.0
+    """The most a budget cut-off returns (``ToolBudget``): 0, or ``reward_range[0]`` if lower."""
 
     def make_kwargs(self, env_kwargs: Mapping[str, Any], split: str) -> dict[str, Any]:
         """``gym.make`` kwargs: ``split`` only for an env that takes it."""
@@ -311,37 +348,228 @@ def _task_ids(env_id: str, tasks: Any) -> tuple[Any, ...]:
     return tuple(ids)
 
 
+PROBE_ACTION = ""
+"""The action of the probe step before a run: an empty turn (an invalid action to most envs)."""
+
+
 def inspect_env(
     env_id: str, env_kwargs: Mapping[str, Any] | None = None, split: str = "test"
 ) -> EnvContract:
-    """Make the env once and record which capabilities it has (fallbacks are announced).
+    """Make the env and record which capabilities it has (fallbacks are announced).
+
+    The one inspection every command runs before it writes anything (``passkt eval``, ``passkt
+    train grpo|sft``, ``train_grpo_trl``, the study): it decides which constructor arguments the
+    env takes and checks, on the first task, that it speaks text (a reset and one probe step).
+
+    A constructor argument counts as taken when the constructor names it. A constructor that only
+    has ``**kwargs`` must prove it: ``max_tool_calls`` when the env, made with T = 0 and T = 1,
+    ends the probe episode at T = 0 only and reports ``info["tool_calls"]``; ``split`` when the
+    ``test`` and ``train`` envs differ (their ``tasks``, or their first observation). Otherwise
+    passkt falls back (the budget wrapper, seed splits) and says so.
 
     Raises:
-        EnvContractError: for an unknown id, a constructor that rejects the kwargs, or a
-            capability given in a form passkt cannot use (the message says how to fix it).
+        EnvContractError: for an unknown id, a constructor that rejects the kwargs, an env that
+            does not speak text, or a capability given in a form passkt cannot use (the message
+            names the env, the capability and what the env returned).
     """
     resolve_env_id(env_id)
     kwargs = dict(env_kwargs or {})
-    takes_budget = _takes(env_id, "max_tool_calls")
-    takes_split = _takes(env_id, "split")
+    named, var_keyword = constructor_arguments(env_id)
+    takes_split = "split" in named or (
+        var_keyword and "split" not in kwargs and _proves_split(env_id, kwargs)
+    )
     if "split" in kwargs and not takes_split:
         raise EnvContractError(f"{env_id} takes no split= argument; remove it from the env kwargs")
     if takes_split:
         kwargs["split"] = split
-    if takes_budget:
-        kwargs["max_tool_calls"] = 0  # T = 0 is valid for every env
+    named_budget = "max_tool_calls" in named
+    env = _make(env_id, {**kwargs, "max_tool_calls": 0} if named_budget else kwargs)
     try:
-        env = gym.make(env_id, **kwargs, disable_env_checker=True)
-    except TypeError as e:
-        raise EnvContractError(f"gym.make({env_id!r}, **{kwargs}) failed: {e}") from e
-    try:
-        return _inspect(env, env_id, takes_budget, takes_split, split)
+        return _inspect(env, env_id, kwargs, named_budget, var_keyword, takes_split, split)
     finally:
         env.close()
 
 
+def _make(env_id: str, kwargs: Mapping[str, Any]) -> gym.Env:
+    try:
+        return gym.make(env_id, **kwargs, disable_env_checker=True)
+    except TypeError as e:
+        raise EnvContractError(f"gym.make({env_id!r}, **{dict(kwargs)}) failed: {e}") from e
+
+
+def _probe(env_id: str, kwargs: Mapping[str, Any], options: Any) -> tuple[Any, ...] | None:
+    """Reset a fresh env (seed 0, ``options``) and step it once with the probe action: the
+    reset observation and the step's result, or ``None`` when the env refuses (a probe of a
+    capability the env may lack, so any error means "not proven")."""
+    try:
+        env = gym.make(env_id, **kwargs, disable_env_checker=True)
+    except Exception:  # the env, or the library it forwards **kwargs to, refuses them
+        return None
+    try:
+        observation, _ = env.reset(seed=0, options=options)
+        return (observation, *env.step(PROBE_ACTION))
+    except Exception:
+        return None
+    finally:
+        env.close()
+
+
+def _proves_budget(env_id: str, kwargs: Mapping[str, Any], options: Any) -> bool:
+    """Whether a ``**kwargs`` env enforces ``max_tool_calls``: made with T = 0 it ends the probe
+    episode at the first call, made with T = 1 it does not and reports one call."""
+    at_zero = _probe(env_id, {**kwargs, "max_tool_calls": 0}, options)
+    at_one = _probe(env_id, {**kwargs, "max_tool_calls": 1}, options)
+    if at_zero is None or at_one is None:
+        return False
+    *_, terminated0, truncated0, info0 = at_zero
+    *_, terminated1, truncated1, info1 = at_one
+    if not isinstance(info0, Mapping) or not isinstance(info1, Mapping):
+        return False
+    return (
+        bool(terminated0 or truncated0)
+        and "tool_calls" in info0
+        and not (terminated1 or truncated1)
+        and info1.get("tool_calls") == 1
+    )
+
+
+def _proves_split(env_id: str, kwargs: Mapping[str, Any]) -> bool:
+    """Whether a ``**kwargs`` env honours ``split``: its test and train envs differ."""
+    seen = []
+    for split in ("test", "train"):
+        try:
+            env = gym.make(env_id, **kwargs, split=split, disable_env_checker=True)
+        except Exception:  # the env, or the library it forwards **kwargs to, refuses split=
+            return False
+        try:
+            tasks = wrapper_attr(env, "tasks")
+            seen.append(list(tasks) if tasks is not None else env.reset(seed=0)[0])
+        except Exception:
+            return False
+        finally:
+            env.close()
+    return seen[0] != seen[1]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_space(env: gym.Env, env_id: str, name: str) -> None:
+    try:
+        space = getattr(env, name)
+    except AttributeError:
+        return  # no space declared: the probe below checks what the env really returns
+    if space is None or isinstance(space, gym.spaces.Text):
+        return
+    try:
+        text = isinstance(space.sample(), str)  # passkt's UnicodeText, other text spaces
+    except Exception:
+        text = False
+    if not text:
+        raise EnvContractError(
+            f"{env_id}: {name} is {_short(space)}; passkt envs speak text: declare "
+            f"gymnasium.spaces.Text (or wrap the env so its {name.split('_')[0]}s are str)"
+        )
+
+
+def _check_observation(env_id: str, where: str, observation: Any) -> None:
+    if not isinstance(observation, str):
+        raise EnvContractError(
+            f"{env_id}: {where} returned a {type(observation).__name__} observation "
+            f"({_short(observation)}); the env contract needs text observations (str): render "
+            "it as text, e.g. with a gymnasium.ObservationWrapper"
+        )
+
+
+def _check_speaks_text(env: gym.Env, env_id: str, seed: int, options: Any) -> None:
+    """On the first task: text spaces (if declared), a text reset observation and info dict, and
+    one probe step that returns text, a number and two flags."""
+    for name in ("observation_space", "action_space"):
+        _check_space(env, env_id, name)
+    where = f"reset(seed={seed}, options={options})"
+    try:
+        result = env.reset(seed=seed, options=options)
+    except Exception as e:
+        raise EnvContractError(f"{env_id}: {where} raised {type(e).__name__}: {e}") from e
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise EnvContractError(
+            f"{env_id}: {where} returned {_short(result)}; it must return (observation, info)"
+        )
+    _check_observation(env_id, where, result[0])
+    where = f"step({PROBE_ACTION!r}) after {where}"
+    try:
+        result = env.step(PROBE_ACTION)
+    except Exception as e:
+        raise EnvContractError(
+            f"{env_id}: {where} raised {type(e).__name__}: {e}; an env must answer any text "
+            "action (an invalid one with an observation that says what it expected)"
+        ) from e
+    if not isinstance(result, tuple) or len(result) != 5:
+        raise EnvContractError(
+            f"{env_id}: {where} returned {_short(result)}; it must return (observation, reward, "
+            "terminated, truncated, info)"
+        )
+    observation, reward, terminated, truncated, info = result
+    _check_observation(env_id, where, observation)
+    if not isinstance(reward, numbers.Real):
+        raise EnvContractError(
+            f"{env_id}: {where} returned the reward {_short(reward)}; rewards must be numbers"
+        )
+    if not isinstance(info, Mapping):
+        raise EnvContractError(
+            f"{env_id}: {where} returned the info {_short(info)}; info must be a dict"
+        )
+
+
+def first_task(contract: EnvContract) -> tuple[int, dict[str, Any] | None]:
+    """``reset`` arguments (seed, options) of the first task, as the probes use them."""
+    if contract.task_ids is None:
+        return 0, None
+    return 0, {"task_id": contract.task_ids[0]}
+
+
+def check_replay(
+    contract: EnvContract, env_kwargs: Mapping[str, Any] | None = None, split: str = "test"
+) -> None:
+    """Before a run whose budget branches are replayed (``contract.replays``): two fresh envs,
+    reset on the first task and stepped with the probe action, must show the same observations.
+
+    Raises:
+        ReplayMismatchError: naming the env, what each env showed, and the two ways out.
+    """
+    kwargs = contract.make_kwargs({k: v for k, v in (env_kwargs or {}).items() if k != "split"}, split)
+    if contract.takes_budget:
+        kwargs["max_tool_calls"] = 1  # the probe step is a call, not the end of the episode
+    seed, options = first_task(contract)
+    shown = []
+    for _ in range(2):
+        env = _make(contract.env_id, kwargs)
+        try:
+            observation, _ = env.reset(seed=seed, options=options)
+            shown.append((observation, env.step(PROBE_ACTION)[0]))
+        finally:
+            env.close()
+    for turn, (first, second) in enumerate(zip(*shown, strict=True)):
+        if first != second:
+            raise ReplayMismatchError(
+                f"{contract.env_id}: two fresh envs reset with seed {seed} and options {options} "
+                f"showed different observations at turn {turn} ({_short(first)} vs "
+                f"{_short(second)}): budget branches replay the actions, which needs an env "
+                "deterministic given its reset seed and the actions. Give it "
+                "fork(max_tool_calls), or run without prefix sharing (--no-share-prefix)."
+            )
+
+
 def _inspect(
-    env: gym.Env, env_id: str, takes_budget: bool, takes_split: bool, split: str
+    env: gym.Env,
+    env_id: str,
+    kwargs: Mapping[str, Any],
+    named_budget: bool,
+    var_keyword: bool,
+    takes_split: bool,
+    split: str,
 ) -> EnvContract:
     notes: list[str] = []
     raw_tasks = wrapper_attr(env, "tasks")
@@ -360,6 +588,7 @@ def _inspect(
             raise EnvContractError(f"{env_id}: the `tasks` list is empty (split {split!r})")
         if not takes_split:
             notes.append("no split= argument: train and test use the same task list")
+    options = None if task_ids is None else {"task_id": task_ids[0]}
     raw_protocol = wrapper_attr(env, "protocol")
     if raw_protocol is None:
         protocol = NEUTRAL
@@ -369,10 +598,19 @@ def _inspect(
         )
     else:
         protocol = AgentProtocol.from_value(raw_protocol, env_id)
+    _check_speaks_text(env, env_id, 0, options)
+    takes_budget = named_budget or (var_keyword and _proves_budget(env_id, kwargs, options))
     if not takes_budget:
+        how = (
+            "the constructor takes **kwargs, but an env made with max_tool_calls=0 did not end "
+            "the probe episode at the first call while reporting info['tool_calls'], so the "
+            "argument is not passed"
+            if var_keyword
+            else "no max_tool_calls= argument"
+        )
         notes.append(
-            "no max_tool_calls= argument: T is enforced by a wrapper (every turn that does not end "
-            "the episode is a tool call; the turn after the T-th must end it)"
+            f"{how}: T is enforced by a wrapper (every turn that does not end the episode is a "
+            "tool call; the turn after the T-th must end it)"
         )
     forkable = takes_budget and callable(getattr(env.unwrapped, "fork", None))
     if not forkable:
@@ -395,6 +633,8 @@ def _inspect(
         has_tools=bool(getattr(env.unwrapped, "has_tools", True)),
         reward_max=reward_max,
         fallbacks=tuple(notes),
+        replays=not (forkable and chain_forkable(env)),
+        reward_floor=_reward_floor(env),
     )
 
 
@@ -410,17 +650,33 @@ def _reward_max(env: gym.Env) -> float:
     return 1.0
 
 
+def _reward_floor(env: gym.Env) -> float:
+    """The most a budget cut-off may return: the env's ``reward_range`` lower end if finite
+    and below 0, else 0 (see ``ToolBudget``)."""
+    reward_range = getattr(env.unwrapped, "reward_range", None)
+    if reward_range is not None and math.isfinite(float(reward_range[0])):
+        return min(float(reward_range[0]), 0.0)
+    return 0.0
+
+
 # ---------------------------------------------------------------------- the budget, generically
 
 
 class ToolBudget(gym.Wrapper):
     """T for an env that does not take ``max_tool_calls``: every turn that does not end the
     episode is a tool call (unless the env reports ``info["tool_calls"]``); the turn after the
-    T-th call must end the episode, else it is truncated with reward 0."""
+    T-th call must end the episode, else it is truncated.
 
-    def __init__(self, env: gym.Env, max_tool_calls: int) -> None:
+    The cut-off turn is not a call (the episode records T calls), and its reward is the env's
+    reward for that turn but at most ``reward_floor`` (0 unless the env declares a lower
+    ``reward_range``): running out of budget never pays more than finishing, also under a
+    penalty-shaped reward such as ``TransformReward(r - 0.5)``.
+    """
+
+    def __init__(self, env: gym.Env, max_tool_calls: int, reward_floor: float = 0.0) -> None:
         super().__init__(env)
         self.max_tool_calls = max_tool_calls
+        self.reward_floor = reward_floor
         self._calls = 0
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
@@ -432,7 +688,8 @@ class ToolBudget(gym.Wrapper):
         over = self._calls >= self.max_tool_calls
         observation, reward, terminated, truncated, info = self.env.step(action)
         if not (terminated or truncated):
-            self._calls = int(info.get("tool_calls", self._calls + 1))
             if over:
-                return observation, 0.0, False, True, {**info, "tool_calls": self._calls}
+                cut = min(float(reward), self.reward_floor)
+                return observation, cut, False, True, {**info, "tool_calls": self._calls}
+            self._calls = int(info.get("tool_calls", self._calls + 1))
         return observation, reward, terminated, truncated, {"tool_calls": self._calls, **info}

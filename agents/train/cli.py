@@ -150,20 +150,14 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def _check_env(config: TrainConfig) -> None:
-    """Fail on a bad env id or env kwarg in one line, as ``passkt eval`` does, before the model
-    (which may take minutes to load) is loaded."""
-    import gymnasium as gym
+    """Inspect the env as ``passkt eval`` does (``passkt.envs.contract.inspect_env``: the
+    ``--import`` modules, which constructor arguments it takes, text on its first task) and fail
+    in one line before the model, which may take minutes to load, is loaded."""
+    from passkt.envs.contract import import_modules, inspect_env
 
-    import passkt.envs  # noqa: F401  (registers the envs)
-
-    kwargs = {**config.env_kwargs, "split": config.split, "max_tool_calls": 0}
-    try:
-        gym.make(config.env_id, **kwargs).close()
-    except (gym.error.Error, TypeError) as e:
-        message = " ".join(str(e).split())
-        raise ValueError(
-            f"--env {config.env_id} (--env-kwargs {config.env_kwargs}): {message}"
-        ) from e
+    import_modules(config.imports)
+    kwargs = {k: v for k, v in config.env_kwargs.items() if k != "split"}
+    inspect_env(config.env_id, kwargs, config.split)
 
 
 def run_command(args: argparse.Namespace) -> int:
