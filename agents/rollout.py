@@ -15,7 +15,11 @@ the prefix of an episode with a larger budget until its t-th tool call, where it
 final notice. So one main episode runs at ``max(budgets)`` and, each time its call count reaches a
 smaller budget t, the engine forks a branch that sees the notice and must answer in one more turn.
 The outcome for T = t is that branch, or the main episode itself when it answered before making t
-calls. Cost: O(T_max) turns per sample instead of O(T_max^2).
+calls. Cost: O(T_max) turns per sample instead of O(T_max^2). When the env shows no final
+notice (the budget wrapper of an env without ``max_tool_calls``), a branch's conversation is the
+main episode's, so the branch takes the main episode's next completion rather than sampling its
+own: the outcome at T is then the prefix of the outcome at every larger T (T = 0 included), and a
+monotone agent gives a surface monotone in T by construction.
 
 Any env. The engine steps each env as ``gym.make`` returns it (wrappers included) and follows the
 env contract (``passkt.envs.contract``, run by ``passkt.agents.env_runtime``): the env's
@@ -79,7 +83,8 @@ class Episode:
     reward: float = 0.0
     """The return: the sum of the rewards of every step (as the wrapped env gave them)."""
     correct: bool = False
-    f1: float = 0.0
+    f1: float | None = None
+    """``info["f1"]`` of the last step; ``None`` for an env that reports no F1."""
     terminated: bool = False
     truncated: bool = False
     token_ids: list[int] = field(default_factory=list)
@@ -210,6 +215,10 @@ class _Live:
     is_branch: bool = False
     stream_tail: str = ""
     """``stream`` layout: the text the latest observation added to the assistant stream."""
+    follows: _Live | None = None
+    """A branch whose conversation is its main episode's (the env shows no final notice, e.g.
+    under the budget wrapper): it takes the main episode's next completion instead of sampling
+    its own, so the outcome at T is the prefix of the outcome at a larger T."""
 
 
 def _seed_for(seed: int, round_index: int) -> int:
@@ -317,6 +326,7 @@ def rollout(
     while live:
         bar.set_postfix_str(f"round {round_index + 1}, {len(live)} live", refresh=True)
         round_params = replace(params, seed=_seed_for(seed, round_index))
+        leaders = [item for item in live if item.follows is None]
         if episode_seeds is not None:
             row_seeds = tuple(
                 _episode_seed(
@@ -324,16 +334,20 @@ def rollout(
                     item.episode.budget,
                     len(item.episode.turns),
                 )
-                for item in live
+                for item in leaders
             )
             round_params = replace(round_params, seeds=row_seeds)
         started = time.perf_counter()
-        completions = _generate(policy, live, chat, round_params, token_policy)
+        completions = _generate(policy, leaders, chat, round_params, token_policy)
         gen_seconds += time.perf_counter() - started
         calls += 1
+        sampled = {id(item): c for item, c in zip(leaders, completions, strict=True)}
         still: list[_Live] = []
-        for item, completion in zip(live, completions, strict=True):
-            generated += _record_turn(item, completion, chat, token_policy, runner)
+        for item in live:
+            completion = sampled[id(item.follows or item)]
+            shared = item.follows is not None
+            item.follows = None  # a branch follows for the one turn in which it must answer
+            generated += _record_turn(item, completion, chat, token_policy, runner, shared)
             if item.episode.done:
                 if not item.is_branch:
                     bar.update(1)
@@ -409,6 +423,8 @@ def _fork(
         episode.messages = [*main.messages[:-1], {"role": "user", "content": observation}]
         if chat is not None:
             branch.pending_ids = chat.observation_ids(observation)
+    if episode.messages == main.messages and branch.pending_ids == item.pending_ids:
+        branch.follows = item
     branches[(main.task_id, main.sample, budget)] = episode
     return branch
 
@@ -439,8 +455,10 @@ def _record_turn(
     chat: ChatTokens | None,
     token_policy: bool,
     runner: EnvRunner,
+    shared: bool = False,
 ) -> int:
-    """Append the completion and the env's reply to the episode; return tokens generated."""
+    """Append the completion and the env's reply to the episode; return tokens generated
+    (none for a ``shared`` completion: the main episode's, taken by a following branch)."""
     episode = item.episode
     n_generated = len(completion.token_ids) or len(completion.text.split())
     if chat is not None:
@@ -457,6 +475,8 @@ def _record_turn(
         episode.logprobs += [0.0] * len(prefix) + logprobs
         item.pending_ids = []
         n_generated = len(ids)
+    if shared:
+        n_generated = 0
     episode.generated_tokens += n_generated
 
     observation, reward, terminated, truncated, info = item.env.step(completion.text)
@@ -478,7 +498,7 @@ def _record_turn(
     if done:
         episode.answer = info.get("answer")
         episode.correct = runner.success(info, float(reward))
-        episode.f1 = float(info.get("f1", 0.0))
+        episode.f1 = float(info["f1"]) if "f1" in info else None
     elif stream:
         item.stream_tail = runner.protocol.stream_text(observation)
         last = episode.messages[-1]

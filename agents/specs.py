@@ -190,7 +190,7 @@ def _parse_value(text: str) -> Any:
         return text
 
 
-def parse_env_kwargs(text: str | None) -> dict[str, Any]:
+def parse_env_kwargs(text: str | None, flag: str = "--env-kwargs") -> dict[str, Any]:
     """Parse ``--env-kwargs``: ``k=v,k=v`` (ints, floats, true/false, none, JSON lists) or JSON.
 
     Examples: ``hops=3,reveal_budget=true``, ``source=hotpotqa,path=data/dev.json``,
@@ -206,9 +206,9 @@ def parse_env_kwargs(text: str | None) -> dict[str, Any]:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ValueError(f"--env-kwargs is not valid JSON ({e}): {text!r}") from e
+            raise ValueError(f"{flag} is not valid JSON ({e}): {text!r}") from e
         if not isinstance(value, dict):
-            raise ValueError(f"--env-kwargs JSON must be an object, got {text!r}")
+            raise ValueError(f"{flag} JSON must be an object, got {text!r}")
         return value
     out: dict[str, Any] = {}
     for item in _split_top_level(text):
@@ -216,10 +216,10 @@ def parse_env_kwargs(text: str | None) -> dict[str, Any]:
         key = key.strip()
         if not sep or not key.isidentifier():
             raise ValueError(
-                f"bad --env-kwargs item {item!r}: expected key=value pairs separated by commas, "
-                'e.g. --env-kwargs hops=3,reveal_budget=true (or a JSON object {"hops": 3})'
+                f"bad {flag} item {item!r}: expected key=value pairs separated by commas, "
+                f'e.g. {flag} hops=3,reveal_budget=true (or a JSON object {{"hops": 3}})'
             )
         if key in out:
-            raise ValueError(f"--env-kwargs gives {key!r} twice")
+            raise ValueError(f"{flag} gives {key!r} twice")
         out[key] = _parse_value(raw.strip())
     return out

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import gymnasium as gym
+import numpy as np
 
 from passkt.envs.errors import PassktError
 
@@ -521,6 +522,11 @@ def _check_speaks_text(env: gym.Env, env_id: str, seed: int, options: Any) -> No
         raise EnvContractError(
             f"{env_id}: {where} returned the info {_short(info)}; info must be a dict"
         )
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise EnvContractError(
+                f"{env_id}: {where} returned {name} = {_short(flag)}; it must be a bool"
+            )
 
 
 def first_task(contract: EnvContract) -> tuple[int, dict[str, Any] | None]:
@@ -539,7 +545,9 @@ def check_replay(
     Raises:
         ReplayMismatchError: naming the env, what each env showed, and the two ways out.
     """
-    kwargs = contract.make_kwargs({k: v for k, v in (env_kwargs or {}).items() if k != "split"}, split)
+    kwargs = contract.make_kwargs(
+        {k: v for k, v in (env_kwargs or {}).items() if k != "split"}, split
+    )
     if contract.takes_budget:
         kwargs["max_tool_calls"] = 1  # the probe step is a call, not the end of the episode
     seed, options = first_task(contract)

@@ -68,7 +68,8 @@ examples:
   passkt eval --policy openai:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-7B-Instruct --out runs/base
   passkt eval --out runs/base --resume      (continue a crashed run; repeat its arguments)
   passkt eval --env my_envs:KVLookup-v0 --policy py:my_agents:make_policy --n 4 --budgets 0,1,2
-      (your own env and agent: see docs/env-contract.md)
+      --policy-options lookups=2
+      (your own env and agent, its factory called with lookups=2: see docs/env-contract.md)
 """
 
 REPORT_EXAMPLES = """\
@@ -198,7 +199,10 @@ def _policy_options(args: argparse.Namespace, kind: str) -> dict[str, Any]:
                 f"--{flag} applies to hf:, lean: and vllm: policies, not {args.policy!r}"
             )
         options[flag] = value
-    return options
+    extra = parse_env_kwargs(getattr(args, "policy_options", None), flag="--policy-options")
+    for key in sorted(set(extra) & set(options)):
+        raise ValueError(f"--policy-options gives {key!r}, which --{key} gives too; give it once")
+    return {**options, **extra}
 
 
 def _announce(out: Path, finished: int, total: int) -> None:
@@ -307,8 +311,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     ks = parse_int_list(args.ks, "--ks") if args.ks is not None else None
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     out = args.out
-    if out is None:
-        out = Path("runs") / f"compare-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+    if out is None:  # next to the reference run, never into the current directory
+        out = Path(args.runs[0]).parent / f"compare-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     report = write_comparison(
         args.runs,
         out,
@@ -365,6 +369,12 @@ def _add_eval(subparsers: Any) -> None:
         metavar="SPEC",
         help="hf:PATH_OR_ID | lean:PATH | vllm:ID | openai:URL#MODEL | scripted:oracle | "
         "scripted:heuristic | py:MODULE:FACTORY (your own agent) (default %(default)s)",
+    )
+    p.add_argument(
+        "--policy-options",
+        metavar="K=V,...",
+        help="keyword arguments of the policy's constructor or py: factory, read like "
+        "--env-kwargs (e.g. lookups=2,temperature_floor=0.1); recorded in the manifest",
     )
     p.add_argument("--n", type=_positive_int, default=DEFAULT_N, help="samples per (task, T)")
     p.add_argument("--budgets", metavar="T,...", help="T grid (default 0,1,2,3,5; 0 for math envs)")
@@ -457,7 +467,9 @@ def _add_compare(subparsers: Any) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="RUN_A (reference) RUN_B ...")
     p.add_argument("--names", metavar="A,B,...", help="run names (default: from the manifests)")
     p.add_argument("--budget", type=int, help="T of the boundary sets (default: largest shared)")
-    p.add_argument("--out", metavar="DIR", help="default runs/compare-<time>")
+    p.add_argument(
+        "--out", metavar="DIR", help="default compare-<time> next to RUN_A (in its parent folder)"
+    )
     p.add_argument(
         "--repeats",
         metavar="DIR,...",

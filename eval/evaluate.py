@@ -27,17 +27,18 @@ import difflib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from passkt.agents.policy import Policy, SamplingParams, describe
+from passkt.agents.policy import DEFAULT_STOP, Policy, SamplingParams, describe
 from passkt.agents.rollout import RolloutStats, rollout
 from passkt.envs.contract import (
     SEED_TASKS,
     EnvContract,
+    check_replay,
     resolve_env_id,
     seed_task_ids,
     task_seed,
@@ -255,6 +256,8 @@ def _plan(
     share = (not info.reveal_budget) if share_prefix is None else bool(share_prefix)
     if share and info.reveal_budget:
         raise ValueError("share_prefix=True needs a hidden budget; the env has reveal_budget=True")
+    if share and len(grid) > 1 and info.contract is not None and info.contract.replays:
+        check_replay(info.contract, env_kwargs, split)  # before the run directory exists
     return _Plan(info, ids, grid, ks, share)
 
 
@@ -348,6 +351,9 @@ def evaluate(
     if chunk_seconds <= 0:
         raise ValueError(f"chunk_seconds must be > 0, got {chunk_seconds}")
     options = dict(policy_options or {})
+    if params.stop == DEFAULT_STOP and plan.info.contract is not None:
+        # what the rollout does, so the manifest holds the stop strings the agent receives
+        params = replace(params, stop=plan.info.contract.protocol.stop)
     manifest = make_manifest(
         env_id=env_id,
         env_kwargs=dict(env_kwargs or {}),

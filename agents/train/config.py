@@ -294,12 +294,14 @@ class SFTConfig(TrainConfig):
     """A JSONL of expert episodes (``build_expert_dataset``); default: build it from the tasks."""
     only_correct: bool = True
     """Train only on expert episodes that earned reward 1."""
-    expert: Literal["oracle", "self"] = "oracle"
+    expert: str = "oracle"
     """Where the training episodes come from: ``oracle`` follows each task's gold chain (the
-    study's expert data); ``self`` samples the policy being trained itself, ``self_samples``
-    times per task, and keeps up to ``self_keep`` of its rewarded episodes per task (rejection
-    sampling): the on-policy control, which tells a new strategy in the expert data apart from
-    the base's own successes reweighted."""
+    study's expert data; passkt envs only); ``self`` samples the policy being trained itself,
+    ``self_samples`` times per task, and keeps up to ``self_keep`` of its successful episodes per
+    task (rejection sampling): the on-policy control, which tells a new strategy in the expert
+    data apart from the base's own successes reweighted; ``py:MODULE:FACTORY`` is your own agent
+    (e.g. an env library's solver), loaded as ``passkt eval --policy`` loads it, whose successful
+    episodes (one sample per task) are the expert data: the expert of any env."""
     expert_format: Literal["think", "plain"] = "think"
     """How the oracle writes its turns: ``think`` puts a one-line ``<think>`` sentence before
     each action; ``plain`` writes the bare actions and solves math step by step where the task
@@ -315,6 +317,11 @@ class SFTConfig(TrainConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         _positive(self, "batch_size", "self_samples", "self_keep")
+        if self.expert not in ("oracle", "self") and not self.expert.startswith("py:"):
+            raise ValueError(
+                f"expert must be 'oracle', 'self' or py:MODULE:FACTORY (your own agent), got "
+                f"{self.expert!r}"
+            )
 
 
 def policy_path(spec: str) -> str:

@@ -68,8 +68,10 @@ def expert_tasks(config: SFTConfig) -> list[Task]:
     if not all(isinstance(task, Task) for task in tasks):
         raise ValueError(
             f"SFT's expert is passkt's oracle, which follows passkt Task records (gold queries and "
-            f"answers); {config.env_id} has no such tasks. Pass expert episodes with data_path= "
-            "(--data-path, a JSONL written by save_expert_dataset) instead."
+            f"answers); {config.env_id} has no such tasks. Give your own agent as the expert "
+            "(--expert py:MODULE:FACTORY), sample the policy itself (--expert self: rejection "
+            "sampling), or pass expert episodes (--data-path, a JSONL written by "
+            "save_expert_dataset)."
         )
     return tasks
 
@@ -148,7 +150,7 @@ def build_self_dataset(config: SFTConfig, *, seed: int | None = None) -> list[Ex
     for e in result.episodes:
         texts = (e.task_id, tuple(m["content"] for m in e.messages if m["role"] == "assistant"))
         chosen = kept.setdefault(e.task_id, [])
-        if e.reward <= 0 or texts in seen or len(chosen) >= config.self_keep:
+        if not e.correct or texts in seen or len(chosen) >= config.self_keep:
             continue
         seen.add(texts)
         chosen.append(
@@ -160,6 +162,51 @@ def build_self_dataset(config: SFTConfig, *, seed: int | None = None) -> list[Ex
             )
         )
     return [example for task in tasks for example in kept.get(task.task_id, [])]
+
+
+def build_agent_dataset(
+    config: SFTConfig, tokenizer: Any, *, seed: int | None = None
+) -> list[ExpertExample]:
+    """The successful episodes of the agent ``config.expert`` (``py:MODULE:FACTORY``) on the
+    config's training tasks, one sample per task at budget T_train, tokenized with the trained
+    model's chat template. The factory gets the env's ``PolicyContext``, as under ``passkt eval``.
+    """
+    from passkt.agents.rollout import rollout
+    from passkt.agents.specs import PolicyContext, load_policy
+    from passkt.envs.contract import inspect_env
+
+    tasks = load_task_list(config, config.split, task_ids=config.task_ids, limit=config.limit)
+    kwargs = {k: v for k, v in config.env_kwargs.items() if k != "split"}
+    contract = inspect_env(config.env_id, kwargs, config.split)
+    ids = [task.task_id for task in tasks]
+    context = PolicyContext(
+        env_id=config.env_id,
+        env_kwargs=kwargs,
+        task_ids=tuple(ids),
+        tasks=contract.tasks,
+        protocol=contract.protocol,
+    )
+    result = rollout(
+        load_policy(config.expert, tasks=contract.tasks, context=context),
+        config.env_id,
+        ids,
+        n=1,
+        budgets=(config.t_train,),
+        env_kwargs=env_kwargs_for(config, config.split),
+        seed=config.seed if seed is None else seed,
+        tokenizer=tokenizer,
+        contract=contract,
+    )
+    return [
+        ExpertExample(
+            task_id=e.task_id,
+            reward=e.reward,
+            sequence=TokenSequence(tuple(e.token_ids), tuple(e.policy_mask)),
+            messages=tuple(e.messages),
+        )
+        for e in result.episodes
+        if e.correct
+    ]
 
 
 def save_expert_dataset(examples: Sequence[ExpertExample], path: str | Path) -> Path:
@@ -227,6 +274,10 @@ def train_sft(config: SFTConfig, *, resume: bool = False) -> TrainResult:
     # The tasks are checked before the run folder is made or the model is loaded.
     oracle = config.data_path is None and config.expert == "oracle"
     tasks = expert_tasks(config) if oracle else None
+    if config.data_path is None and config.expert.startswith("py:"):
+        from passkt.agents.specs import resolve_factory
+
+        resolve_factory(config.expert)  # a bad agent fails before the run folder exists
     run = TrainingRun.start(config, resume=resume)
     with run:  # releases the writer lock however the run ends
         examples = expert_examples(config, run.tokenizer, tasks=tasks, reuse=resume)
@@ -266,6 +317,8 @@ def expert_examples(
         examples = load_expert_dataset(config.data_path)
     elif config.expert == "self" and reuse and sampled.is_file():  # a resumed run: the same samples
         examples = load_expert_dataset(sampled)
+    elif config.expert.startswith("py:"):
+        examples = build_agent_dataset(config, tokenizer)
     elif config.expert == "self":
         examples = build_self_dataset(config)
         if not examples:

@@ -65,21 +65,18 @@ def task_rows(config: GRPOConfig) -> list[dict[str, Any]]:
     prompts; the rollout itself re-renders the prompt from the env, so the text here is for TRL's
     logs and for reward functions.
     """
-    import gymnasium as gym
-
-    from passkt.agents.prompts import initial_conversation
+    from passkt.agents.env_runtime import EnvRunner
 
     tasks = load_task_list(config, config.split, task_ids=config.task_ids, limit=config.limit)
-    env = gym.make(
-        config.env_id,
-        max_tool_calls=config.t_train,
-        disable_env_checker=True,
-        **env_kwargs_for(config, config.split),
-    )
+    # The rollout's own runner: the env's protocol renders the prompt (a plain env has no
+    # category, no system prompt), and the contract decides the constructor arguments.
+    runner = EnvRunner(config.env_id, env_kwargs_for(config, config.split))
+    env = runner.make(config.t_train)
     rows = []
     for task in tasks:
-        observation, info = env.reset(options={"task_id": task.task_id})
-        messages = initial_conversation(info["category"], observation)
+        seed, options = runner.reset_args(task.task_id, config.seed)
+        observation, _ = env.reset(seed=seed, options=options)
+        messages = runner.protocol.first_messages(observation)
         prompt = [{**message, TASK_KEY: task.task_id} for message in messages]
         rows.append({"prompt": prompt, TASK_KEY: task.task_id})
     env.close()

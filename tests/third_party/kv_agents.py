@@ -34,3 +34,34 @@ class LookupAgent:
 def make_policy(context, lookups=1):
     """The factory passkt calls with the env's ``PolicyContext``."""
     return LookupAgent(context.protocol.stop, lookups=lookups)
+
+
+class RandomGuesser:
+    """Guesses uniformly among the numbers still possible (reads ``higher`` / ``lower``)."""
+
+    def __init__(self, low, high, seed):
+        self.low, self.high, self.seed = low, high, seed
+
+    def generate(self, conversations, params):
+        import random
+
+        out = []
+        for row, messages in enumerate(conversations):
+            low, high, guess = self.low, self.high, None
+            for message in messages:
+                found = re.search(r"<guess>(\d+)</guess>", message["content"])
+                if message["role"] == "assistant" and found:
+                    guess = int(found.group(1))
+                elif message["role"] == "user" and guess is not None:
+                    low, high = (
+                        (guess + 1, high) if message["content"] == "higher" else (low, guess - 1)
+                    )
+            seed = params.seeds[row] if params.seeds else (params.seed or 0) + row
+            rng = random.Random(f"{self.seed}-{seed}-{len(messages)}")
+            out.append(Completion(f"<guess>{rng.randint(low, max(low, high))}</guess>"))
+        return out
+
+
+def make_guesser(context, low=1, high=10, seed=0):
+    """The factory of ``RandomGuesser`` (``--policy py:kv_agents:make_guesser``)."""
+    return RandomGuesser(low, high, seed)
