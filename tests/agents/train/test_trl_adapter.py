@@ -48,6 +48,21 @@ def test_dataset_carries_task_ids_in_a_column_and_in_every_prompt_message(people
         assert task_id_of(prompt) == row[TASK_KEY]
 
 
+def test_the_dataset_of_a_plain_env_without_a_category(monkeypatch):
+    """A third-party env without info["category"], tasks, protocol or max_tool_calls: the
+    prompt is its protocol's (no system prompt), the tasks its train seeds."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "third_party"))
+    for env_id in ("kv_lookup:KVLookupMinimal-v0", "kv_variants:KVLookupKwargs-v0"):
+        data = build_dataset(config(env_id=env_id, env_kwargs={}, limit=3))
+        assert data[TASK_KEY] == ["seed-1000000", "seed-1000001", "seed-1000002"]
+        for row in data:
+            (message,) = row["prompt"]
+            assert message["role"] == "user"
+            assert message["content"].startswith("What is the value of key ")
+
+
 def test_a_prompt_without_a_task_id_is_refused_not_matched_by_text():
     prompt = [{"role": "user", "content": "Where was Mira Oskan born?"}]
     with pytest.raises(ValueError, match="build_dataset"):
