@@ -328,7 +328,10 @@ def expert_examples(
             )
     else:
         examples = build_expert_dataset(config, tokenizer, tasks=tasks)
-    kept = [e for e in examples if e.reward > 0 or not config.only_correct]
+    # Sampled datasets (self, py:) hold only successful episodes already: by success, not by
+    # reward, which a shaped env may pay at or below 0 for a success.
+    sampled_successes = config.data_path is None and config.expert != "oracle"
+    kept = [e for e in examples if sampled_successes or e.reward > 0 or not config.only_correct]
     if not kept:
         raise ValueError(
             f"None of the {len(examples)} expert episodes earned a reward; check the tasks and "
