@@ -675,7 +675,8 @@ class ToolBudget(gym.Wrapper):
     episode is a tool call (unless the env reports ``info["tool_calls"]``); the turn after the
     T-th call must end the episode, else it is truncated.
 
-    The cut-off turn is not a call (the episode records T calls), and its reward is the env's
+    The cut-off turn is not a call (the episode records T calls), it is a failure
+    (``info["correct"]`` is False), and its reward is the env's
     reward for that turn but at most ``reward_floor`` (0 unless the env declares a lower
     ``reward_range``): running out of budget never pays more than finishing, also under a
     penalty-shaped reward such as ``TransformReward(r - 0.5)``.
@@ -698,6 +699,7 @@ class ToolBudget(gym.Wrapper):
         if not (terminated or truncated):
             if over:
                 cut = min(float(reward), self.reward_floor)
-                return observation, cut, False, True, {**info, "tool_calls": self._calls}
+                cut_info = {**info, "tool_calls": self._calls, "correct": False}
+                return observation, cut, False, True, cut_info
             self._calls = int(info.get("tool_calls", self._calls + 1))
         return observation, reward, terminated, truncated, {"tool_calls": self._calls, **info}
