@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -133,3 +135,27 @@ def test_guess_the_number_behind_kwargs_reads_its_random_rate_at_t0(tmp_path):
     ]
     rate = {t: sum(r["correct"] for r in rows if r["budget"] == t) / 400 for t in (0, 1, 3)}
     assert 0.05 <= rate[0] <= 0.17 and rate[0] < rate[1] < rate[3], rate
+
+
+DOCS = HERE.parents[1] / "docs" / "env-contract.md"
+
+
+def command_lines(page: Path) -> list[str]:
+    """The ``passkt`` command lines of a page's bash blocks (continuation lines joined)."""
+    blocks = re.findall(r"```bash\n(.*?)```", page.read_text(), re.DOTALL)
+    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
+    return [" ".join(line.split()) for line in lines if line.strip().startswith("passkt ")]
+
+
+@pytest.mark.slow
+def test_the_env_contract_page_runs_as_written(tiny, tmp_path):
+    """Every command of docs/env-contract.md, in order, in a folder with the user's files (the
+    tiny model in place of SmolLM2)."""
+    work = user_folder(tmp_path)
+    lines = command_lines(DOCS)
+    assert any(" train grpo " in line for line in lines)
+    assert any(" train sft " in line for line in lines)
+    for line in lines:
+        argv = shlex.split(line.replace("hf:smollm2-135m-instruct", f"hf:{tiny}"))
+        passkt(work, *argv[1:], "--no-progress")
+    assert (work / "runs" / "grpo-eval" / "results.jsonl").is_file()
