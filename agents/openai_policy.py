@@ -244,6 +244,11 @@ class OpenAIPolicy:
             extra["top_k"] = params.top_k  # not in the OpenAI schema; vLLM and SGLang take it
         if self.token_ids:
             extra["return_tokens_as_token_ids"] = True
+        if conversation and conversation[-1]["role"] == "assistant":
+            # A stream layout (Search-R1's): the server must continue this assistant message,
+            # not open a new turn after it (vLLM's and SGLang's chat servers take these).
+            extra["continue_final_message"] = True
+            extra["add_generation_prompt"] = False
         if extra:
             kwargs["extra_body"] = extra
         return kwargs

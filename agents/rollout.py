@@ -50,7 +50,7 @@ from passkt.agents.policy import (
     SamplingParams,
     TokenPolicy,
 )
-from passkt.envs.contract import EnvContract
+from passkt.envs.contract import AgentProtocol, EnvContract
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +221,48 @@ class _Live:
     its own, so the outcome at T is the prefix of the outcome at a larger T."""
 
 
+def protocol_params(params: SamplingParams, protocol: AgentProtocol) -> SamplingParams:
+    """The sampling parameters an agent receives under ``protocol``: its stop strings unless
+    ``params.stop`` was set to others, and ``max_new_tokens`` capped at its ``max_turn_tokens``."""
+    if params.stop == DEFAULT_STOP:
+        params = replace(params, stop=protocol.stop)
+    if protocol.max_turn_tokens is not None and params.max_new_tokens > protocol.max_turn_tokens:
+        params = replace(params, max_new_tokens=protocol.max_turn_tokens)
+    return params
+
+
+def _stream_piece(
+    chat: ChatTokens | None, protocol: AgentProtocol, observation: str
+) -> tuple[str, list[int]]:
+    """The text (and ids, with a tokenizer) an observation appends to the stream, clipped to the
+    protocol's ``max_observation_tokens``."""
+    text = protocol.stream_text(observation)
+    if chat is None:
+        return text, []
+    ids = chat.encode(text)
+    limit = protocol.max_observation_tokens
+    if limit is not None and len(ids) > limit:
+        ids = ids[:limit]
+        text = chat.tokenizer.decode(ids)
+    return text, ids
+
+
+def _cut_turn(
+    chat: ChatTokens | None, ids: list[int], logprobs: list[float], text: str
+) -> tuple[list[int], list[float]]:
+    """Ids of ``text``, a prefix of what ``ids`` decode to: the longest prefix of ``ids`` whose
+    text starts ``text``, then the rest of ``text`` re-tokenized (logprob 0.0: not sampled)."""
+    if chat is None:
+        return ids, logprobs
+    decode = chat.tokenizer.decode
+    keep = len(ids)
+    while keep and not text.startswith(decode(ids[:keep])):
+        keep -= 1
+    rest = text[len(decode(ids[:keep])) :]
+    extra = chat.encode(rest) if rest else []
+    return ids[:keep] + extra, logprobs[:keep] + [0.0] * len(extra)
+
+
 def _seed_for(seed: int, round_index: int) -> int:
     return (seed * 1_000_003 + round_index * 7919) % (2**31 - 1)
 
@@ -278,8 +320,7 @@ def rollout(
 
     runner = EnvRunner(env_id, kwargs, contract)
     protocol = runner.protocol
-    if params.stop == DEFAULT_STOP:
-        params = replace(params, stop=protocol.stop)
+    params = protocol_params(params, protocol)
     # One env instance makes every episode of a forkable env: reset it on a task, then fork a copy
     # per episode. The copies share the task list and the search indexes, so each task's index is
     # built once. Other envs are made fresh per episode.
@@ -414,11 +455,9 @@ def _fork(
     elif protocol.layout == "stream":
         # The stream's last piece is the main episode's observation: swap in the branch's.
         stream = main.messages[-1]["content"]
-        branch.stream_tail = protocol.stream_text(observation)
+        branch.stream_tail, branch.pending_ids = _stream_piece(chat, protocol, observation)
         content = stream[: len(stream) - len(item.stream_tail)] + branch.stream_tail
         episode.messages = [*main.messages[:-1], {"role": "assistant", "content": content}]
-        if chat is not None:
-            branch.pending_ids = chat.encode(branch.stream_tail)
     else:
         episode.messages = [*main.messages[:-1], {"role": "user", "content": observation}]
         if chat is not None:
@@ -461,14 +500,17 @@ def _record_turn(
     (none for a ``shared`` completion: the main episode's, taken by a following branch)."""
     episode = item.episode
     n_generated = len(completion.token_ids) or len(completion.text.split())
+    text = runner.protocol.cut(completion.text)
     if chat is not None:
-        ids = list(completion.token_ids) if token_policy else chat.encode(completion.text)
+        ids = list(completion.token_ids) if token_policy else chat.encode(text)
         logprobs = list(completion.logprobs) if token_policy else [0.0] * len(ids)
         if len(logprobs) != len(ids):
             raise RuntimeError(
                 f"Completion has {len(ids)} token ids but {len(logprobs)} logprobs; a "
                 "TokenPolicy must return one logprob per sampled id."
             )
+        if token_policy and text != completion.text:
+            ids, logprobs = _cut_turn(chat, ids, logprobs, text)
         prefix = item.pending_ids
         episode.token_ids += prefix + ids
         episode.policy_mask += [False] * len(prefix) + [True] * len(ids)
@@ -479,16 +521,16 @@ def _record_turn(
         n_generated = 0
     episode.generated_tokens += n_generated
 
-    observation, reward, terminated, truncated, info = item.env.step(completion.text)
+    observation, reward, terminated, truncated, info = item.env.step(text)
     done = terminated or truncated
-    item.history.actions.append(completion.text)
+    item.history.actions.append(text)
     item.history.observations.append(observation)
     stream = runner.protocol.layout == "stream"
     if stream and episode.messages[-1]["role"] == "assistant":
         last = episode.messages[-1]
-        episode.messages[-1] = {"role": "assistant", "content": last["content"] + completion.text}
+        episode.messages[-1] = {"role": "assistant", "content": last["content"] + text}
     else:
-        episode.messages.append({"role": "assistant", "content": completion.text})
+        episode.messages.append({"role": "assistant", "content": text})
     episode.turns.append(Turn(completion, str(info.get("action", "")), "" if done else observation))
     episode.tool_calls = runner.tool_calls(info, episode.tool_calls, done)
     if not done and episode.tool_calls > episode.budget:
@@ -500,11 +542,9 @@ def _record_turn(
         episode.correct = runner.success(info, float(reward))
         episode.f1 = float(info["f1"]) if "f1" in info else None
     elif stream:
-        item.stream_tail = runner.protocol.stream_text(observation)
+        item.stream_tail, item.pending_ids = _stream_piece(chat, runner.protocol, observation)
         last = episode.messages[-1]
         episode.messages[-1] = {"role": "assistant", "content": last["content"] + item.stream_tail}
-        if chat is not None:
-            item.pending_ids = chat.encode(item.stream_tail)
     else:
         episode.messages.append({"role": "user", "content": observation})
         if chat is not None:

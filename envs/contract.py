@@ -102,6 +102,15 @@ class AgentProtocol:
     """The first user turn, from the reset observation."""
     observation_template: str = "{observation}"
     """``stream`` only: the text appended to the assistant stream for a later observation."""
+    max_turn_tokens: int | None = None
+    """At most this many tokens per turn (``SamplingParams.max_new_tokens`` is capped by it)."""
+    max_observation_tokens: int | None = None
+    """``stream`` only: an observation's tokens are clipped to this many (policies with a
+    tokenizer; its decoded text is what the stream shows)."""
+    cut_after_stop: bool = False
+    """A turn's text ends right after its first stop string, in the order of ``stop`` (the first
+    one found of ``stop[0]``, else ``stop[1]`` ...), and a token that runs past it (``>`` merged
+    with newlines) is re-tokenized: the text Search-R1 keeps, and its ids."""
 
     def __post_init__(self) -> None:
         if self.layout not in ("chat", "stream"):
@@ -122,6 +131,24 @@ class AgentProtocol:
                 )
         if self.system_prompt is not None and not isinstance(self.system_prompt, str):
             raise EnvContractError("protocol system_prompt must be a string or None")
+        for name in ("max_turn_tokens", "max_observation_tokens"):
+            value = getattr(self, name)
+            positive = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+            if value is not None and not positive:
+                raise EnvContractError(
+                    f"protocol {name} must be a positive int or None, got {value!r}"
+                )
+        if self.max_observation_tokens is not None and self.layout != "stream":
+            raise EnvContractError("protocol max_observation_tokens needs layout='stream'")
+
+    def cut(self, text: str) -> str:
+        """``cut_after_stop``: the text up to the end of its first stop string (see the field)."""
+        if self.cut_after_stop:
+            for stop in self.stop:
+                at = text.find(stop)
+                if at >= 0:
+                    return text[: at + len(stop)]
+        return text
 
     @classmethod
     def from_value(cls, value: Any, where: str) -> AgentProtocol:

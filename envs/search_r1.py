@@ -12,9 +12,14 @@ Their corpus (wiki-18) stores each document as ``"Title"\\ntext``, and their ren
 first line as the title, so every title the released checkpoints saw is in double quotes; passkt's
 paragraphs have the title apart, so it adds the quotes (``Doc 1(Title: "T") text``).
 
-One difference is left, by design: passkt stops a turn at its first ``</search>`` or
-``</answer>`` (stop strings), where Search-R1 generates on and keeps the text up to the first
-``</search>``, else ``</answer>``. The two agree unless a turn closes an answer before a search.
+Search-R1 generates each turn with the stop strings ``</search>``, ``</answer>``, decodes it, keeps
+the text up to the first ``</search>`` (else ``</answer>``) and re-tokenizes that text; so does
+this mode (``AgentProtocol.cut_after_stop``): a sampled token that merges ``>`` with the newlines
+after it is replaced by the ids of the text Search-R1 keeps, so the stream never holds
+``</search>\n\n\n\n<information>``. Each turn is at most 500 tokens and each observation is
+clipped to 500 tokens, as in Search-R1's training scripts. One difference is left, by design:
+passkt stops a turn at its first stop string, where Search-R1 would keep a ``</search>`` that
+follows a closed ``</answer>``; the two agree unless a turn closes an answer before a search.
 
 ``passkt.envs`` uses this module when an env is made with ``protocol="search-r1"``.
 """
@@ -59,11 +64,23 @@ INVALID_MESSAGE = (
 STOP: tuple[str, ...] = ("</search>", "</answer>")
 """Search-R1 cuts each turn after its first ``</search>`` (else ``</answer>``)."""
 
+LIMIT = 500
+"""Search-R1's training scripts: ``max_response_length=500`` (tokens per turn) and
+``max_obs_length=500`` (each observation's ids are clipped to it)."""
+
 PROTOCOL = AgentProtocol(
-    name="search-r1", stop=STOP, layout="stream", prompt_template=PROMPT_TEMPLATE
+    name="search-r1",
+    stop=STOP,
+    layout="stream",
+    prompt_template=PROMPT_TEMPLATE,
+    max_turn_tokens=LIMIT,
+    max_observation_tokens=LIMIT,
+    cut_after_stop=True,
 )
 """One user turn from the template, then one assistant stream (the env's observations already
-carry Search-R1's newlines, so they are appended as they are)."""
+carry Search-R1's newlines, so they are appended as they are), with Search-R1's 500-token clip of
+each turn and each observation, and its cut of each turn after the first ``</search>`` (else
+``</answer>``), re-tokenized."""
 
 _ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 

@@ -27,14 +27,14 @@ import difflib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from passkt.agents.policy import DEFAULT_STOP, Policy, SamplingParams, describe
-from passkt.agents.rollout import RolloutStats, rollout
+from passkt.agents.policy import Policy, SamplingParams, describe
+from passkt.agents.rollout import RolloutStats, protocol_params, rollout
 from passkt.envs.contract import (
     SEED_TASKS,
     EnvContract,
@@ -351,9 +351,9 @@ def evaluate(
     if chunk_seconds <= 0:
         raise ValueError(f"chunk_seconds must be > 0, got {chunk_seconds}")
     options = dict(policy_options or {})
-    if params.stop == DEFAULT_STOP and plan.info.contract is not None:
+    if plan.info.contract is not None:
         # what the rollout does, so the manifest holds the stop strings the agent receives
-        params = replace(params, stop=plan.info.contract.protocol.stop)
+        params = protocol_params(params, plan.info.contract.protocol)
     manifest = make_manifest(
         env_id=env_id,
         env_kwargs=dict(env_kwargs or {}),

@@ -140,7 +140,8 @@ def test_the_last_turn_has_no_notice_and_search_is_disabled(tokenizer):
 
 def test_budget_branches_share_the_stream(tokenizer):
     result = rollout(
-        Script(TURN_1, TURN_1, TURN_1, TURN_3),  # main; main and the T = 1 branch; main
+        # main; main (the T = 1 branch sees the same stream, so it takes this turn too); main
+        Script(TURN_1, TURN_1, TURN_3),
         "BridgeQA-v0",
         ["r1-0"],
         budgets=(1, 2),
@@ -164,3 +165,141 @@ def test_search_r1_needs_tools_and_a_hidden_budget():
         gym.make("BridgeQA-v0", protocol="search-r1", reveal_budget=True)
     with pytest.raises(ValueError, match="protocol must be 'passkt' or 'search-r1'"):
         gym.make("BridgeQA-v0", protocol="searchr1")
+
+
+# ---------------------------------------------------------------------- Search-R1's limits
+
+
+def test_the_mode_carries_search_r1s_limits():
+    from passkt.agents.policy import SamplingParams
+    from passkt.agents.rollout import protocol_params
+    from passkt.envs.search_r1 import PROTOCOL
+
+    assert (PROTOCOL.max_turn_tokens, PROTOCOL.max_observation_tokens) == (500, 500)
+    params = protocol_params(SamplingParams(max_new_tokens=2048), PROTOCOL)
+    assert params.max_new_tokens == 500 and params.stop == ("</search>", "</answer>")
+    assert protocol_params(SamplingParams(max_new_tokens=64), PROTOCOL).max_new_tokens == 64
+    # the cut Search-R1 applies to a turn's text: up to the first </search>, else </answer>
+    assert PROTOCOL.cut("<search> q </search>\n\n") == "<search> q </search>"
+    assert PROTOCOL.cut("<answer> a </answer> <search> q </search>") == (
+        "<answer> a </answer> <search> q </search>"
+    )
+    assert PROTOCOL.cut("no action\n") == "no action\n"
+
+
+def test_each_observation_is_clipped_to_500_tokens(tokenizer):
+    long_text = " ".join(f"w{i}" for i in range(800))  # far more than 500 tokens
+    task = Task(
+        task_id="r1-long",
+        category="bridge",
+        question="Where was the founder of Alder Vale born?",
+        answer="Port Hollis",
+        paragraphs=(Paragraph("Alder Vale", "Alder Vale " + long_text), *TASK.paragraphs[1:]),
+        gold_titles=("Alder Vale",),
+        gold_queries=("Alder Vale",),
+        depth=1,
+    )
+    search = "<search> Alder Vale </search>"
+    result = rollout(
+        Script(search, TURN_3),
+        "BridgeQA-v0",
+        ["r1-long"],
+        budgets=(1,),
+        env_kwargs={"tasks": [task], "protocol": "search-r1", "top_k": 1},
+        tokenizer=tokenizer,
+    )
+    (episode,) = result.episodes
+    prompt, turn = ids(tokenizer, PROMPT), ids(tokenizer, search)
+    observation = episode.token_ids[len(prompt) + len(turn) : -len(ids(tokenizer, TURN_3))]
+    assert len(observation) == 500 and not any(episode.policy_mask[len(prompt) + len(turn) :][:500])
+    stream = episode.messages[1]["content"]
+    assert stream == search + tokenizer.decode(observation) + TURN_3
+    assert "w799" not in stream and stream.count("<information>") == 1
+
+
+@pytest.fixture(scope="module")
+def merging_tokenizer():
+    """A byte-level BPE whose merges join ``>`` with the newlines after it (``>\n\n`` is one
+    token), as Qwen2.5's does: trained here on Search-R1 streams."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from passkt.agents.tiny import _QWEN2_SPLIT, END_OF_TEXT, IM_END, SPECIAL_TOKENS
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    corpus = [TURN_1 + OBS_1 + TURN_3, PROMPT] * 50
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    backend.train_from_iterator(corpus, trainer=trainer)
+    backend.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL_TOKENS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token=IM_END,
+        pad_token=END_OF_TEXT,
+        chat_template=QWEN_LIKE_TEMPLATE,
+    )
+
+
+class TokenScript:
+    """A token policy that samples fixed texts, tokenized as a model would sample them."""
+
+    def __init__(self, tokenizer, *turns: str) -> None:
+        self.tokenizer, self.turns = tokenizer, list(turns)
+
+    def generate(self, conversations, params):
+        raise AssertionError("a token policy is called with ids")
+
+    def generate_ids(self, prompts, params):
+        out = []
+        for _ in prompts:
+            text = self.turns.pop(0)
+            token_ids = tuple(ids(self.tokenizer, text))
+            out.append(Completion(text, token_ids, (-0.5,) * len(token_ids)))
+        return out
+
+
+def test_the_token_path_cuts_at_the_first_search_as_search_r1_does(merging_tokenizer):
+    tok = merging_tokenizer
+    merged = ids(tok, "</search>\n\n")
+    assert tok.decode(merged[-1:]).startswith(">") and tok.decode(merged[-1:]).endswith("\n\n")
+    # the model sampled ">\n\n" as one token: the turn runs past </search>
+    result = rollout(
+        TokenScript(tok, TURN_1 + "\n\n", TURN_3),
+        "BridgeQA-v0",
+        ["r1-0"],
+        budgets=(1,),
+        env_kwargs={"tasks": [TASK], "protocol": "search-r1", "top_k": 2},
+    )
+    (episode,) = result.episodes
+    text = tok.decode(episode.token_ids)
+    assert "</search>\n\n\n\n<information>" not in text
+    assert text == PROMPT + TURN_1 + OBS_1 + TURN_3
+    # Search-R1's ids: the kept turn re-tokenized, not the sampled ones
+    expected = [ids(tok, part) for part in (PROMPT, TURN_1, OBS_1, TURN_3)]
+    assert episode.token_ids == [i for part in expected for i in part]
+    policy = [len(expected[i]) * [i % 2 == 1] for i in range(len(expected))]
+    assert episode.policy_mask == [m for part in policy for m in part]
+    assert episode.messages[1]["content"] == TURN_1 + OBS_1 + TURN_3
+
+
+def test_an_openai_server_is_asked_to_continue_the_stream():
+    pytest.importorskip("openai")
+    from passkt.agents.openai_policy import OpenAIPolicy
+    from passkt.agents.policy import SamplingParams
+
+    policy = OpenAIPolicy("http://127.0.0.1:9/v1", "m")
+    stream = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": TURN_1 + OBS_1}]
+    kwargs = policy._request_kwargs(stream, SamplingParams(), 1, None)
+    assert kwargs["messages"][-1] == stream[-1]
+    assert kwargs["extra_body"]["continue_final_message"] is True
+    assert kwargs["extra_body"]["add_generation_prompt"] is False
+    chat = policy._request_kwargs(stream[:1], SamplingParams(), 1, None)
+    assert "continue_final_message" not in chat.get("extra_body", {})
