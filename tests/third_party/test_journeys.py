@@ -107,8 +107,9 @@ def test_eval_report_compare_train_and_eval_again(journey, tiny, tmp_path):
     checkpoint = Path(trained.stdout.strip().splitlines()[-1])
     assert (work / checkpoint / "model.safetensors").is_file() or any((work / checkpoint).iterdir())
 
-    # 4. SFT on the user's agent's successful episodes (no passkt oracle for this env)
-    sft = ["train", "sft", *env, *base, "--expert", "py:kv_agents:make_policy"]
+    # 4. SFT (MODULE:ID form) on the user's agent's successful episodes (no passkt oracle here)
+    sft = ["train", "sft", "--env", f"{module}:{env_id}", *base, "--expert"]
+    sft += ["py:kv_agents:make_policy"]
     sft += ["--t-train", "1", "--limit", "4", "--batch-size", "2", "--max-steps", "2"]
     passkt(work, *sft, "--out", "sft", "--no-progress")
     data = [json.loads(line) for line in (work / "sft/expert_data.jsonl").read_text().splitlines()]

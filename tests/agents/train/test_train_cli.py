@@ -112,7 +112,7 @@ def test_env_kwargs_are_read_as_passkt_eval_reads_them():
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--env", "BridgeQA-v9"], "Unknown env id 'BridgeQA-v9'. Did you mean 'BridgeQA-v0'?"),
+        (["--env", "BridgeQA-v9"], "Unknown env id 'BridgeQA-v9'. Did you mean 'BridgeQA-v0'"),
         (["--env", "BridgQA-v0"], "Did you mean 'BridgeQA-v0'"),
         (["--env-kwargs", "hopz=2"], "unexpected keyword argument 'hopz'"),
     ],
