@@ -235,3 +235,21 @@ def test_train_grpo_trl_leaves_a_checkpoint_passkt_loads_and_resumes(
     wandb.teardown()  # the wandb service writes the run file in the background; wait for it
     assert b"reward/mean" in next((out / "wandb").glob("offline-run-*/run-*.wandb")).read_bytes()
     assert list((out / "tb").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "env_id", ["kv_lookup:KVLookupMinimal-v0", "kv_variants:KVLookupKwargs-v0"]
+)
+def test_train_grpo_trl_runs_on_a_plain_env_and_a_kwargs_env(env_id, tiny64, tmp_path, monkeypatch):
+    """The TRL route on envs without a category, task list or budget argument: two steps run
+    and leave a checkpoint."""
+    from pathlib import Path
+
+    from passkt.agents.train.trl import train_grpo_trl
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "third_party"))
+    overrides = dict(env_id=env_id, env_kwargs={}, t_train=1, group_size=2, max_steps=2)
+    overrides.update(policy=f"hf:{tiny64}", limit=4, max_new_tokens=8, finetune="full")
+    result = train_grpo_trl(config(**overrides, output_dir=str(tmp_path / "trl")))
+    assert result.steps == 2 and result.checkpoint is not None and result.checkpoint.is_dir()
