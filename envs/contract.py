@@ -386,8 +386,10 @@ def inspect_env(
     """Make the env and record which capabilities it has (fallbacks are announced).
 
     The one inspection every command runs before it writes anything (``passkt eval``, ``passkt
-    train grpo|sft``, ``train_grpo_trl``, the study): it decides which constructor arguments the
-    env takes and checks, on the first task, that it speaks text (a reset and one probe step).
+    train grpo|sft``, ``train_grpo_trl``): it decides which constructor arguments the env takes
+    and checks, on the first task, that it speaks text (a reset and one probe step). Code that
+    makes an env itself should make it with ``contract.make_kwargs(env_kwargs, split)`` (plus
+    ``max_tool_calls`` only when ``contract.takes_budget``).
 
     A constructor argument counts as taken when the constructor names it. A constructor that only
     has ``**kwargs`` must prove it: ``max_tool_calls`` when the env, made with T = 0 and T = 1,
