@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from shared_data import DATA, require
+from real_data import DATA
 
 pytest.importorskip("transformers")
 
@@ -372,8 +372,8 @@ def test_a_failing_unit_fails_the_stage_with_its_log(tmp_path):
 
 def test_paper_profile_splits_real_files_into_matched_disjoint_parts(tmp_path):
     data = DATA
-    hotpot = require(data / "hotpotqa_dev_distractor_subset.json")
-    math500 = json.dumps(str(require(data / "math500.jsonl")))
+    hotpot = data / "hotpotqa_dev_distractor_subset.json"
+    math500 = json.dumps(str(data / "math500.jsonl"))
     args = [
         "--out", str(tmp_path / "s"), "--profile", "paper", "--limit-eval", "10",
         "--limit-train", "20", "--set", f"env.A.kwargs.path={math500}",
