@@ -1,13 +1,13 @@
 """Learning-rate trials of one study's trainer, on its training signal only.
 
 A study's report records which learning rates were tried and on which training signal, never
-on the evaluation. This script takes a study folder whose ``base`` stage is done,
-builds exactly the trainer config that ``passkt study run --stage train`` would (same base, same training split,
-same fields), changes only the learning rate and the number of steps, and trains one short run
-per rate. It then reads each run's ``metrics.jsonl`` (GRPO: the mean rollout reward; SFT and RFT:
-the training NLL) and writes ``OUT/trials.md`` (first and last steps of the signal per rate),
-``OUT/trials.jsonl`` and ``OUT/trials.png`` (the signal against steps, one line per rate). Each
-run resumes from its last checkpoint if the script is stopped::
+on the evaluation. This script takes a study folder whose ``base`` stage is done, builds
+exactly the trainer config that ``passkt study run --stage train`` would (same base, same
+training split, same fields), changes only the learning rate and the number of steps, and
+trains one short run per rate. It then reads each run's ``metrics.jsonl`` (GRPO: the mean
+rollout reward; SFT and RFT: the training NLL) and writes ``OUT/trials.md`` (first and last
+steps of the signal per rate), ``OUT/trials.jsonl`` and ``OUT/trials.png`` (the signal against
+steps, one line per rate). Each run resumes from its last checkpoint if the script is stopped::
 
     python -m passkt.study.lr_trials runs/regime-s0 --method grpo --category C \\
         --lrs 3e-5,1e-4,3e-4 --max-steps 30 --out runs/lr/grpo-C
