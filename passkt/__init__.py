@@ -5,10 +5,12 @@ The public API, in the order a user meets it::
     import gymnasium as gym
     import passkt
 
-    env = gym.make("BridgeQA-v0", max_tool_calls=3)       # envs register on import
-    policy = passkt.load_policy("scripted:heuristic")     # or hf:, vllm:, openai:, py:
-    run = passkt.evaluate("BridgeQA-v0", policy, n=16, budgets=(0, 1, 2, 3, 5), out="runs/x")
-    print(passkt.surface(passkt.load_run("runs/x").table).format())
+    env = gym.make("BridgeQA-v0", max_tool_calls=3)        # the envs register on import
+    policy = passkt.load_policy("scripted:heuristic")      # or hf:, vllm:, openai:, py:
+    run = passkt.evaluate("BridgeQA-v0", policy, n=4, budgets=(0, 1, 2, 3), limit=10,
+                          out_dir="runs/heuristic", progress=False)
+    manifest, table = passkt.load_run("runs/heuristic")
+    print(passkt.surface(table).values)                    # PASS@(k,T), k x T
 
 The subpackages are ``passkt.envs`` (environments), ``passkt.agents`` (policies, the rollout
 engine, ``passkt.agents.train``), ``passkt.eval`` (the evaluator, statistics, reports, the CLI) and

@@ -54,3 +54,17 @@ def test_passkt_study_is_a_command():
         text=True,
     )
     assert done.returncode == 2 and "Unknown profile 'nosuch'" in done.stderr
+
+
+def test_the_package_docstring_example_runs(tmp_path):
+    block = []
+    for line in passkt.__doc__.split("::\n", 1)[1].split("\n"):
+        if line and not line.startswith("    "):
+            break
+        block.append(line[4:])
+    code = "\n".join(block)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "runs" / "heuristic" / "results.jsonl").is_file()
