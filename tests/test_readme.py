@@ -52,3 +52,23 @@ def test_readme_links_resolve():
         for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
             if "://" not in target:
                 assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+@pytest.mark.slow
+def test_the_plug_in_block_runs_as_printed(tmp_path):
+    """The README's "Plug in an env" commands, as printed, in a fresh shell from the repository
+    root (only the /tmp/ folders are moved into this test's own folder): eval, train grpo with
+    SmolLM2, train sft, eval of the checkpoint, compare."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Plug in an env") :]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
+    assert "passkt train grpo" in block and "passkt train sft" in block
+    script = "set -e\n" + block.replace("/tmp/", f"{tmp_path}/")
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "kv-grpo" / "checkpoint-2").is_dir()
+    assert (tmp_path / "kv-rl" / "results.jsonl").is_file()
+    assert list(tmp_path.glob("compare-*"))  # compare writes next to the first run
