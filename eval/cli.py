@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from passkt.agents.preflight import MAX_BUDGET, parse_grid
 from passkt.agents.specs import parse_env_kwargs
 from passkt.envs.contract import import_modules
 from passkt.envs.errors import PassktError
@@ -106,19 +107,10 @@ def _fail(message: str) -> NoReturn:
 # ---------------------------------------------------------------------- value parsing
 
 
-def parse_int_list(text: str, flag: str) -> tuple[int, ...]:
-    """Parse ``0,1,2,3,5`` into sorted unique ints; the error names ``flag``."""
-    try:
-        values = [int(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError:
-        raise ValueError(
-            f"{flag} must be comma-separated integers, e.g. {flag} 0,1,2,3,5; got {text!r}"
-        ) from None
-    if not values:
-        raise ValueError(f"{flag} is empty; give comma-separated integers")
-    if any(v < 0 for v in values):
-        raise ValueError(f"{flag} values must be non-negative, got {text!r}")
-    return tuple(sorted(set(values)))
+def parse_int_list(text: str, flag: str, *, maximum: int | None = None) -> tuple[int, ...]:
+    """Parse ``0,1,2,3,5``: non-negative ints, strictly increasing as given (``5,3`` is an error,
+    not sorted), at most ``maximum``; the error names ``flag`` (``passkt.agents.preflight``)."""
+    return parse_grid(text, flag, maximum=maximum)
 
 
 def _parse_task_ids(text: str | None) -> list[str] | None:
@@ -158,6 +150,13 @@ def _finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return value
 
 
@@ -229,7 +228,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     task_ids = _parse_task_ids(args.task_ids)
     if args.resume and args.out is None:
         raise ValueError("--resume needs --out RUN_DIR: the run directory to continue")
-    budgets = parse_int_list(args.budgets, "--budgets") if args.budgets is not None else None
+    budgets = (
+        parse_int_list(args.budgets, "--budgets", maximum=MAX_BUDGET)
+        if args.budgets is not None
+        else None
+    )
     if budgets is None:
         info = env_info(args.env, env_kwargs, args.split)
         budgets = DEFAULT_BUDGETS if info.has_tools else (0,)
@@ -367,7 +370,11 @@ def _add_eval(subparsers: Any) -> None:
         "scripted:heuristic | py:MODULE:FACTORY (your own agent) (default %(default)s)",
     )
     p.add_argument("--n", type=_positive_int, default=DEFAULT_N, help="samples per (task, T)")
-    p.add_argument("--budgets", metavar="T,...", help="T grid (default 0,1,2,3,5; 0 for math envs)")
+    p.add_argument(
+        "--budgets",
+        metavar="T,...",
+        help=f"T grid, increasing, each at most {MAX_BUDGET} (default 0,1,2,3,5; 0 for math envs)",
+    )
     p.add_argument("--ks", metavar="K,...", help="k grid (default powers of two up to n)")
     p.add_argument("--split", default="test", choices=("test", "train"))
     p.add_argument(
@@ -395,7 +402,7 @@ def _add_eval(subparsers: Any) -> None:
     )
     p.add_argument(
         "--chunk-seconds",
-        type=float,
+        type=_positive_float,
         default=120.0,
         help="batch chunks so one batch takes about this long at the measured speed: the most "
         "work a crash can lose (default %(default)s)",

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.preflight import missing_top, remove_created
 from passkt.envs.errors import PassktError
 from passkt.eval.manifest import (
     FORMAT_VERSION,
@@ -162,6 +163,8 @@ class RunContents:
 
 def _read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST_FILE
+    if path.exists() and not path.is_file():
+        raise RunDirError(f"{path} is not a file (a folder?); the run directory was altered")
     if not path.is_file():
         if not directory.is_dir():
             raise RunDirError(f"{directory}: no such run directory")
@@ -184,6 +187,8 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
     """``(end_offset, record)`` per complete line, one at a time; ``record`` None: a torn end."""
     if not path.exists():
         return
+    if not path.is_file():
+        raise RunDirError(f"{path} is not a file (a folder?); the run directory was altered")
     with path.open("rb") as f:
         end = 0
         for number, raw in enumerate(f, 1):
@@ -392,6 +397,10 @@ class RunStore:
         self.finished_chunks: frozenset[int] = frozenset(finished)
         self._expected = _chunk_lines(manifest)
         self._lock: RunLock | None = None
+        self._fresh = False
+        """Whether this store started the run (no chunk was on disk when it opened)."""
+        self._created_top: Path | None = None
+        """The outermost folder this store created for the directory (None: none)."""
 
     def close(self) -> None:
         """Release the run directory's writer lock (the OS also does when the process dies)."""
@@ -428,22 +437,39 @@ class RunStore:
             passkt.eval.run_lock.RunLockedError: another process is writing the directory.
         """
         directory = Path(directory)
+        created = missing_top(directory)
         _check_out_dir(directory)
         lock = RunLock.acquire(directory)
         try:
             store = cls._open_locked(directory, manifest, resume=resume)
         except BaseException:
             lock.release()
+            remove_created(directory, created)
             raise
         store._lock = lock
+        store._created_top = created
         return store
+
+    def discard_if_empty(self) -> None:
+        """Undo the opening of a run that never stored a chunk (its model failed to load, say):
+        its manifest, lock and empty files go, and the directory too if this store made it."""
+        if not self._fresh or self.finished_chunks:
+            return
+        for name in (MANIFEST_FILE, RESULTS_FILE, TRANSCRIPTS_FILE):
+            path = self.directory / name
+            if path.is_file() and (name == MANIFEST_FILE or path.stat().st_size == 0):
+                path.unlink()
+        self.close()
+        remove_created(self.directory, self._created_top)
 
     @classmethod
     def _open_locked(cls, directory: Path, manifest: dict[str, Any], *, resume: bool) -> RunStore:
         if _holds_no_results(directory):
             truncate_transcripts(directory, 0)  # of a first chunk that never finished
             _write_manifest(directory, manifest)
-            return cls(directory, manifest, ())
+            store = cls(directory, manifest, ())
+            store._fresh = True
+            return store
         if not resume:
             raise RunDirError(
                 f"{directory} already holds a run; pass --resume to continue it "
