@@ -5,8 +5,9 @@
 published ones. ``math_equal`` reads the whole final answer (the last ``\\boxed{}``, else the
 last ``$...$``, else all of it) as one LaTeX expression and compares it with the gold as a value
 (exact numbers, bases, equations as equations: ``passkt.envs.math_answer``), with math-verify's
-normalization and ``verify`` for structured answers; ``number_equal`` compares the last number of a prediction with a gold number
-exactly (as fractions). ``score_answer`` dispatches on ``Task.answer_type``.
+normalization and ``verify`` for structured answers; ``number_equal`` compares the last number
+of a prediction with a gold number exactly (as fractions). ``score_answer`` dispatches on
+``Task.answer_type``.
 
 Scoring never evaluates model output as code and never raises on strange predictions: anything
 that cannot be read is simply not correct.

@@ -104,7 +104,8 @@ def _same_value(a: object, b: object) -> bool:
         if a == b:
             return True
         if a.is_number and b.is_number:
-            return bool(abs(complex(nsimplify(a, rational=True) - nsimplify(b, rational=True))) == 0)
+            difference = nsimplify(a, rational=True) - nsimplify(b, rational=True)
+            return bool(abs(complex(difference)) == 0)
         return bool(simplify(a - b) == 0)
     except Exception:
         return False

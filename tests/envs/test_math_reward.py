@@ -97,7 +97,8 @@ def test_decimal_places(latex: str, places: int | None) -> None:
 
 def test_mutations_cover_every_class() -> None:
     kinds = {kind for gold in ("2", "x=5", "40_9", ".0000672") for kind, _ in mutations(gold)}
-    assert {"trailing-operator", "trailing-power", "dollar-prefix", "times-two", "plus-one"} <= kinds
+    wrappers = {"trailing-operator", "trailing-power", "dollar-prefix", "times-two", "plus-one"}
+    assert wrappers <= kinds
     assert {"base", "decimal-tail", "decimal-last-digit", "digit"} <= kinds
     assert ("times-two", r"2\cdot(x=5)") in mutations("x=5")
 
