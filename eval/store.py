@@ -25,6 +25,7 @@ from the manifest, which is how an unfinished one is recognised.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -35,10 +36,20 @@ from typing import Any
 
 from passkt.agents.preflight import missing_top, remove_created
 from passkt.envs.errors import PassktError
+from passkt.eval.chunk_digests import (
+    DIGESTS_FILE,
+    INTEGRITY,
+    append_digest,
+    digest_entry,
+    first_bad_transcript_chunk,
+    read_digests,
+    truncate_digests,
+)
 from passkt.eval.manifest import (
     FORMAT_VERSION,
     MANIFEST_FILE,
     MATCH_KEYS,
+    REPORT_KEYS,
     chunk_bounds,
     make_manifest,
 )
@@ -94,9 +105,13 @@ def _chunk_lines(manifest: Mapping[str, Any]) -> list[int]:
     return [(stop - start) * per_task for start, stop in bounds]
 
 
+_DIGEST_FIELDS = (*MATCH_KEYS, *REPORT_KEYS)
+
+
 def manifest_digest(manifest: Mapping[str, Any]) -> dict[str, str]:
-    """A short hash of each field that decides the samples (``MATCH_KEYS``), by field."""
-    return field_digests(manifest, MATCH_KEYS)
+    """A short hash of each field that decides the samples or what a report says (``MATCH_KEYS``
+    and ``REPORT_KEYS``), by field."""
+    return field_digests(manifest, _DIGEST_FIELDS)
 
 
 def check_digest(path: Path, line: int, record: Mapping[str, Any], manifest: Mapping[str, Any]):
@@ -106,7 +121,7 @@ def check_digest(path: Path, line: int, record: Mapping[str, Any], manifest: Map
         RunDirError: a request field of the manifest differs from the chunk's (or is corrupt).
     """
     try:
-        changed = changed_fields(record, manifest, MATCH_KEYS)
+        changed = changed_fields(record, manifest, _DIGEST_FIELDS, optional=REPORT_KEYS)
     except ValueError as e:
         raise RunDirError(f"{path}: line {line}: {e}") from None
     if changed:
@@ -154,6 +169,15 @@ class RunContents:
     valid_bytes: int
     dropped_lines: int
     torn: bool
+    digests: tuple[dict[str, Any], ...] | None = None
+    """The chunks' digest lines (``passkt.eval.chunk_digests``); None for a run without them."""
+    chunk_ends: tuple[int, ...] = ()
+    """Byte offset in the results file just past each finished chunk."""
+
+    @property
+    def missing_chunks(self) -> int:
+        """Chunks with a digest whose results are not on disk (the file was cut or deleted)."""
+        return 0 if self.digests is None else len(self.digests) - len(self.finished_chunks)
 
     @property
     def complete(self) -> bool:
@@ -183,8 +207,9 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
     return manifest
 
 
-def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
-    """``(end_offset, record)`` per complete line, one at a time; ``record`` None: a torn end."""
+def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, bytes]]:
+    """``(end_offset, record, raw)`` per complete line, one at a time; ``record`` None: a torn
+    end."""
     if not path.exists():
         return
     if not path.is_file():
@@ -194,14 +219,14 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
         for number, raw in enumerate(f, 1):
             end += len(raw)
             if not raw.endswith(b"\n"):  # no newline: the process died while writing this line
-                yield end, None
+                yield end, None, raw
                 return
             try:
                 record = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 rest = f.read()
                 if b"\n" not in rest and not rest.strip():
-                    yield end, None  # garbage on the last line only: a torn write
+                    yield end, None, raw  # garbage on the last line only: a torn write
                     return
                 raise RunDirError(
                     f"{path}: line {number} is not valid JSON ({e}); the file was edited "
@@ -213,7 +238,30 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
                     "every line must be a record. The file was edited; start a new run "
                     "(another --out)."
                 )
-            yield end, record
+            yield end, record, raw
+
+
+def _digests(directory: Path, manifest: Mapping[str, Any]) -> tuple[dict[str, Any], ...] | None:
+    """The run's chunk digests; None for a run from before them. Refuses a run whose digests
+    were deleted or whose manifest no longer says it keeps them."""
+    try:
+        digests = read_digests(directory)
+    except ValueError as e:
+        raise RunDirError(str(e)) from None
+    keeps = manifest.get("integrity") == INTEGRITY
+    if digests is None and keeps:
+        if (directory / RESULTS_FILE).is_file() and (directory / RESULTS_FILE).stat().st_size:
+            raise RunDirError(
+                f"{directory / DIGESTS_FILE} is missing, so the results cannot be checked; the "
+                "run directory was altered. Restore the file, or start a new run (another --out)."
+            )
+        return ()
+    if digests is not None and not keeps:
+        raise RunDirError(
+            f"{directory / MANIFEST_FILE}: field integrity was removed or changed but the run "
+            f"keeps {DIGESTS_FILE}; the manifest was edited. Restore the original manifest."
+        )
+    return None if digests is None else tuple(digests)
 
 
 def _scan(directory: Path, make_sink: Callable[[dict[str, Any]], Any]) -> RunContents:
@@ -221,35 +269,47 @@ def _scan(directory: Path, make_sink: Callable[[dict[str, Any]], Any]) -> RunCon
 
     ``make_sink(manifest)`` makes the sink (``KeptRecords``, ``OutcomeBuilder``), which takes a
     chunk's records as they are read and rolls them back when the file ends before the chunk
-    does: one line is held here at a time.
+    does: one line is held here at a time. Each finished chunk's bytes must match its digest; a
+    chunk without one is unfinished (the process died before writing it).
     """
     manifest = _read_manifest(directory)
+    digests = _digests(directory, manifest)
     sink = make_sink(manifest)
     results = directory / RESULTS_FILE
     expected = _chunk_lines(manifest)
+    limit = len(expected) if digests is None else min(len(expected), len(digests))
     finished: list[int] = []
+    ends: list[int] = []
     valid_bytes = count = in_chunk = 0
     torn = False
     first, point = {}, sink.mark()  # the chunk's first record, and where the chunk began
+    hasher = hashlib.sha256()
     wrong: tuple[int, Any] | None = None
-    for end, record in _lines(results):
+    for end, record, raw in _lines(results):
         if record is None:
             torn = True
             break
         count += 1
         if count == 1:  # before the chunk sizes, which an edited n or budgets would change
             check_digest(results, 1, record, manifest)
-        if len(finished) == len(expected):
-            continue  # lines beyond the manifest's chunks: refused below
+        if len(finished) == limit:
+            continue  # lines beyond the manifest's chunks (refused below) or without a digest
         chunk = len(finished)
         if in_chunk == 0:
-            first, point = record, sink.mark()
+            first, point, hasher = record, sink.mark(), hashlib.sha256()
         if wrong is None and record.get("chunk") != chunk:
             wrong = (count, record.get("chunk"))
         sink.add(record)
+        hasher.update(raw)
         in_chunk += 1
         if in_chunk < expected[chunk]:
             continue
+        if digests is not None and hasher.hexdigest() != digests[chunk]["results"]:
+            raise RunDirError(
+                f"{results}: chunk {chunk} (lines {count - in_chunk + 1}-{count}) does not match "
+                f"its digest in {DIGESTS_FILE}: the results were edited. Restore the file, or "
+                "start a new run (another --out)."
+            )
         if wrong is not None:  # an unfinished chunk is dropped, not judged
             raise RunDirError(
                 f"{results}: line {wrong[0]} belongs to chunk {wrong[1]!r} but chunk {chunk} "
@@ -258,6 +318,7 @@ def _scan(directory: Path, make_sink: Callable[[dict[str, Any]], Any]) -> RunCon
             )
         check_digest(results, count - in_chunk + 1, first, manifest)
         finished.append(chunk)
+        ends.append(end)
         valid_bytes, in_chunk = end, 0
     if in_chunk:
         sink.rollback(point)
@@ -267,18 +328,56 @@ def _scan(directory: Path, make_sink: Callable[[dict[str, Any]], Any]) -> RunCon
             f"{results}: {count - position} line(s) beyond the {len(expected)} chunks of the "
             "manifest; the file does not follow this manifest."
         )
-    return RunContents(manifest, (), tuple(finished), valid_bytes, count - position, torn)
+    return RunContents(
+        manifest, (), tuple(finished), valid_bytes, count - position, torn, digests, tuple(ends)
+    )
+
+
+def _bad_transcripts(directory: Path, contents: RunContents) -> int | None:
+    """The first finished chunk whose transcripts do not match their digest, or None."""
+    if contents.digests is None:
+        return None
+    return first_bad_transcript_chunk(
+        directory / TRANSCRIPTS_FILE, contents.digests, len(contents.finished_chunks)
+    )
+
+
+def check_whole(directory: Path, contents: RunContents) -> None:
+    """Refuse a run whose results lost finished chunks, or whose transcripts were edited,
+    truncated or deleted, naming the file and the chunk (what ``report`` and the analyses read).
+
+    Raises:
+        RunDirError: with the command that runs the damaged chunks again.
+    """
+    if contents.missing_chunks > 0:
+        first = len(contents.finished_chunks)
+        raise RunDirError(
+            f"{directory / RESULTS_FILE}: chunks {first} to {first + contents.missing_chunks - 1}"
+            f" are recorded in {DIGESTS_FILE} but missing from the file (it was truncated or "
+            f"deleted); `passkt eval --resume --out {directory}` with the run's arguments runs "
+            "them again"
+        )
+    bad = _bad_transcripts(directory, contents)
+    if bad is not None:
+        raise RunDirError(
+            f"{directory / TRANSCRIPTS_FILE}: chunk {bad} does not match its digest (the file "
+            f"was edited, truncated or deleted); `passkt eval --resume --out {directory}` with "
+            f"the run's arguments runs chunks {bad} to {len(contents.finished_chunks) - 1} again "
+            "and rebuilds them"
+        )
 
 
 def read_run(directory: str | Path) -> RunContents:
     """Read a run directory, keeping only the chunks that were written in full.
 
     Raises:
-        RunDirError: when the directory has no valid manifest, or a line in the middle of the
-            results file is corrupt or out of chunk order.
+        RunDirError: when the directory has no valid manifest, a line in the middle of the
+            results file is corrupt or out of chunk order, or a finished chunk's results or
+            transcripts do not match its digest (``check_whole``).
     """
     records = KeptRecords()
     contents = _scan(Path(directory), lambda manifest: records)
+    check_whole(Path(directory), contents)
     return replace(contents, records=tuple(records))
 
 
@@ -304,6 +403,7 @@ def load_run(
         return builder
 
     contents = _scan(Path(directory), in_grid)
+    check_whole(Path(directory), contents)
     manifest = contents.manifest
     total = int(manifest["num_chunks"])
     if not contents.complete and not partial:
@@ -377,9 +477,47 @@ def _check_out_dir(directory: Path) -> None:
         ) from e
 
 
+def _rebuildable(directory: Path, contents: RunContents) -> RunContents:
+    """What a resume keeps: the finished chunks before the first one whose results were cut off
+    or whose transcripts do not match their digest; that one and the rest run again (with the
+    same seeds), which rebuilds them. Says so on the log, naming the file and the chunks."""
+    if contents.digests is None:
+        return contents
+    keep = len(contents.finished_chunks)
+    if contents.missing_chunks > 0:
+        logger.warning(
+            "%s: chunks %d to %d are recorded in %s but missing from the file; running them again",
+            directory / RESULTS_FILE,
+            keep,
+            keep + contents.missing_chunks - 1,
+            DIGESTS_FILE,
+        )
+    bad = _bad_transcripts(directory, contents)
+    if bad is not None:
+        logger.warning(
+            "%s: chunk %d does not match its digest (edited, truncated or deleted); running "
+            "chunks %d to %d again to rebuild it",
+            directory / TRANSCRIPTS_FILE,
+            bad,
+            bad,
+            keep - 1,
+        )
+        keep = bad
+    return replace(
+        contents,
+        finished_chunks=contents.finished_chunks[:keep],
+        valid_bytes=contents.chunk_ends[keep - 1] if keep else 0,
+        digests=contents.digests[:keep],
+        chunk_ends=contents.chunk_ends[:keep],
+    )
+
+
 def _holds_no_results(directory: Path) -> bool:
     """Empty, or only a manifest and no results: nothing would be lost by starting over."""
-    names = {p.name for p in directory.iterdir()} - {LOCK_FILE, TRANSCRIPTS_FILE}
+    digests = directory / DIGESTS_FILE
+    if digests.is_file() and digests.stat().st_size > 0:
+        return False  # a chunk finished here (its results may have been deleted since)
+    names = {p.name for p in directory.iterdir()} - {LOCK_FILE, TRANSCRIPTS_FILE, DIGESTS_FILE}
     return names <= {MANIFEST_FILE, MANIFEST_FILE + ".tmp"} or (
         names <= {MANIFEST_FILE, RESULTS_FILE}
         and (directory / MANIFEST_FILE).exists()
@@ -455,7 +593,7 @@ class RunStore:
         its manifest, lock and empty files go, and the directory too if this store made it."""
         if not self._fresh or self.finished_chunks:
             return
-        for name in (MANIFEST_FILE, RESULTS_FILE, TRANSCRIPTS_FILE):
+        for name in (MANIFEST_FILE, RESULTS_FILE, TRANSCRIPTS_FILE, DIGESTS_FILE):
             path = self.directory / name
             if path.is_file() and (name == MANIFEST_FILE or path.stat().st_size == 0):
                 path.unlink()
@@ -466,6 +604,7 @@ class RunStore:
     def _open_locked(cls, directory: Path, manifest: dict[str, Any], *, resume: bool) -> RunStore:
         if _holds_no_results(directory):
             truncate_transcripts(directory, 0)  # of a first chunk that never finished
+            truncate_digests(directory, 0)
             _write_manifest(directory, manifest)
             store = cls(directory, manifest, ())
             store._fresh = True
@@ -475,7 +614,7 @@ class RunStore:
                 f"{directory} already holds a run; pass --resume to continue it "
                 "or choose another --out"
             )
-        contents = _scan(directory, lambda manifest: NoRecords())
+        contents = _rebuildable(directory, _scan(directory, lambda manifest: NoRecords()))
         diffs = _differences(contents.manifest, manifest)
         if diffs:
             raise RunDirError(
@@ -488,7 +627,11 @@ class RunStore:
         return store
 
     def _truncate(self, contents: RunContents) -> None:
-        finished = sum(self._expected[c] for c in contents.finished_chunks)
+        if contents.digests is None:
+            finished = sum(self._expected[c] for c in contents.finished_chunks)
+        else:
+            finished = sum(d["transcript_lines"] for d in contents.digests)
+            truncate_digests(self.directory, len(contents.digests))
         truncate_transcripts(self.directory, finished)
         path = self.results_path
         if not path.exists() or path.stat().st_size == contents.valid_bytes:
@@ -524,10 +667,12 @@ class RunStore:
             )
         # transcripts first: once a chunk's results are on disk, its transcripts are too
         outcomes, transcripts = split_records(chunk, records)
-        append_lines(self.directory / TRANSCRIPTS_FILE, transcripts)
+        written = append_lines(self.directory / TRANSCRIPTS_FILE, transcripts)
         digest = {DIGEST_KEY: manifest_digest(self.manifest)}
-        append_lines(
+        results = append_lines(
             self.results_path,
             ({"chunk": chunk, **(digest if i == 0 else {}), **r} for i, r in enumerate(outcomes)),
         )
+        if self.manifest.get("integrity") == INTEGRITY:  # last: the chunk is finished now
+            append_digest(self.directory, digest_entry(chunk, results, written, len(transcripts)))
         self.finished_chunks = self.finished_chunks | {chunk}
