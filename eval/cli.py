@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from passkt.agents.preflight import MAX_BUDGET, parse_grid
+from passkt.agents.redact import RedactingFilter, redact
 from passkt.agents.specs import parse_env_kwargs
 from passkt.envs.contract import import_modules
 from passkt.envs.errors import PassktError
@@ -100,7 +101,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"passkt: error: {message}", file=sys.stderr)
+    print(f"passkt: error: {redact(message)}", file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -202,7 +203,7 @@ def _policy_options(args: argparse.Namespace, kind: str) -> dict[str, Any]:
 
 def _announce(out: Path, finished: int, total: int) -> None:
     resumed = f" (resuming: {finished} of {total} chunks done)" if finished else ""
-    print(f"passkt: run directory {out}{resumed}", file=sys.stderr)
+    print(redact(f"passkt: run directory {out}{resumed}"), file=sys.stderr)
 
 
 def _absolute_paths(env_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -569,6 +570,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.path.insert(0, str(Path.cwd()))
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="passkt: %(levelname)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # no secret in any log line
+        handler.addFilter(RedactingFilter())
     from passkt.agents.threads import apply_threads
 
     apply_threads(args.threads, jobs=int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))

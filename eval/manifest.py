@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.redact import redact_value
 from passkt.eval.chunk_digests import INTEGRITY
 from passkt.eval.run_integrity import check_no_secrets
 
@@ -156,7 +157,7 @@ def make_manifest(
         "git_commit": git_commit(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    return _jsonable(manifest)
+    return redact_value(_jsonable(manifest))  # a key in a URL or option value is never written
 
 
 def chunk_bounds(num_tasks: int, chunk_tasks: int) -> list[tuple[int, int]]:
