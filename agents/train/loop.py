@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from passkt.agents.model_files import check_model_files
 from passkt.agents.preflight import (
     check_dtype,
     check_policy_spec,
@@ -359,13 +360,17 @@ def holds_training_run(output_dir: Path) -> bool:
 
 def preflight(config: TrainConfig, *, resume: bool) -> None:
     """The checks of ``passkt.agents.preflight`` that come before the output folder is made:
-    the policy (a model folder with a ``config.json``), its dtype, and ``resume`` on a folder
-    that holds no run (one line: nothing to resume)."""
+    the policy (a model folder with a ``config.json`` and sound files), its dtype, ``resume`` on
+    a folder that holds no run (one line: nothing to resume), and the files of the checkpoint a
+    resume would read (``passkt.agents.model_files``)."""
     policy = config.policy if ":" in config.policy else f"hf:{config.policy}"
     check_policy_spec(policy, trainable=True)
     check_dtype(config.dtype, "dtype")
     if resume:
         check_resume(config.output_dir, holds_training_run)
+        checkpoint = latest_checkpoint(Path(config.output_dir))
+        if checkpoint is not None:  # every file a resume reads, before anything is loaded
+            check_model_files(checkpoint)
 
 
 def _find_checkpoint(output_dir: Path, resume: bool) -> Path | None:
