@@ -14,10 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from passkt.eval.cli import main
 
 SMALL = 'source_options={"num_tasks": 40}'
+NO_CUDA = not torch.cuda.is_available()
+NO_MPS = not torch.backends.mps.is_available()
 MODEL = "{model}"  # a folder with a config.json (no weights: nothing may get to loading them)
 NO_MODEL = "{nomodel}"  # a folder without one
 A_FILE = "{afile}"
@@ -46,11 +49,12 @@ EVAL_ROWS: list[tuple[list[str], str]] = [
     (["--policy", f"lean:{NO_MODEL}"], "no config.json"),
     (["--policy", f"hf:{A_FILE}"], "no config.json"),
     # device and dtype
-    (["--policy", f"hf:{MODEL}", "--device", "cuda:7"], "cuda:7"),
-    (["--policy", f"hf:{MODEL}", "--device", "cuda"], "cuda"),
+    (["--policy", f"hf:{MODEL}", "--device", "cuda:99"], "cuda:99"),
     (["--policy", f"hf:{MODEL}", "--device", "gpu"], "'gpu'"),
     (["--policy", f"hf:{MODEL}", "--device", "cuda:x"], "'cuda:x'"),
     (["--policy", f"hf:{MODEL}", "--device", "tpu:0"], "'tpu:0'"),
+    *([(["--policy", f"hf:{MODEL}", "--device", "cuda"], "cuda")] if NO_CUDA else []),
+    *([(["--policy", f"hf:{MODEL}", "--device", "mps"], "mps")] if NO_MPS else []),
     (["--policy", f"hf:{MODEL}", "--dtype", "float8"], "'float8'"),
     (["--policy", f"hf:{MODEL}", "--dtype", "int8"], "'int8'"),
     (["--policy", f"hf:{MODEL}", "--dtype", "bf16"], "'bf16'"),
