@@ -14,6 +14,10 @@ A run directory holds these files:
 - ``transcripts.jsonl``: the messages of the same episodes, in the same order, read only by the
   analyses that need them (``passkt.eval.transcripts``; runs written before it keep their
   messages in ``results.jsonl``).
+- ``digests.jsonl``: one line per finished chunk, written last, with the SHA-256 of the bytes
+  the chunk wrote to the two files above (``passkt.eval.chunk_digests``). Reading refuses a chunk
+  whose results do not match; ``report`` and the analyses also refuse damaged transcripts, and
+  ``--resume`` runs those chunks again (``passkt.eval.run_checks``).
 - ``writer.lock``: held (``flock``) by the one process writing the run (``passkt.eval.run_lock``).
 
 The evaluator runs tasks in fixed chunks and appends each finished chunk in one write that is
@@ -30,19 +34,16 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from passkt.agents.preflight import missing_top, remove_created
-from passkt.envs.errors import PassktError
 from passkt.eval.chunk_digests import (
     DIGESTS_FILE,
     INTEGRITY,
     append_digest,
     digest_entry,
-    first_bad_transcript_chunk,
-    read_digests,
     truncate_digests,
 )
 from passkt.eval.manifest import (
@@ -55,6 +56,8 @@ from passkt.eval.manifest import (
 )
 from passkt.eval.outcome_stream import KeptRecords, NoRecords, OutcomeBuilder
 from passkt.eval.outcomes import OutcomeTable
+from passkt.eval.run_checks import check_whole, load_digests, rebuildable
+from passkt.eval.run_contents import RESULTS_FILE, RunContents, RunDirError
 from passkt.eval.run_integrity import (
     DIGEST_KEY,
     SURROGATES,
@@ -89,13 +92,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RESULTS_FILE = "results.jsonl"
-
 _JSON: dict[str, Any] = {"ensure_ascii": False, "default": str}
-
-
-class RunDirError(PassktError, ValueError):
-    """A run directory that cannot be used for the request (or read): the message says why."""
 
 
 def _chunk_lines(manifest: Mapping[str, Any]) -> list[int]:
@@ -148,41 +145,6 @@ def _differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> lis
 
 
 # ---------------------------------------------------------------------- reading
-
-
-@dataclass(frozen=True)
-class RunContents:
-    """What a run directory holds, with unfinished work separated out.
-
-    Attributes:
-        manifest: The manifest.
-        records: Lines of the finished chunks, in file order.
-        finished_chunks: Indexes of the finished chunks (always ``0 .. m-1``).
-        valid_bytes: Length of the file prefix holding exactly the finished chunks.
-        dropped_lines: Complete lines of an unfinished last chunk (ignored).
-        torn: Whether the file ended in a torn (partly written) line.
-    """
-
-    manifest: dict[str, Any]
-    records: tuple[dict[str, Any], ...]
-    finished_chunks: tuple[int, ...]
-    valid_bytes: int
-    dropped_lines: int
-    torn: bool
-    digests: tuple[dict[str, Any], ...] | None = None
-    """The chunks' digest lines (``passkt.eval.chunk_digests``); None for a run without them."""
-    chunk_ends: tuple[int, ...] = ()
-    """Byte offset in the results file just past each finished chunk."""
-
-    @property
-    def missing_chunks(self) -> int:
-        """Chunks with a digest whose results are not on disk (the file was cut or deleted)."""
-        return 0 if self.digests is None else len(self.digests) - len(self.finished_chunks)
-
-    @property
-    def complete(self) -> bool:
-        """Whether every chunk of the manifest is on disk."""
-        return len(self.finished_chunks) == int(self.manifest["num_chunks"])
 
 
 def _read_manifest(directory: Path) -> dict[str, Any]:
@@ -241,29 +203,6 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, bytes]]:
             yield end, record, raw
 
 
-def _digests(directory: Path, manifest: Mapping[str, Any]) -> tuple[dict[str, Any], ...] | None:
-    """The run's chunk digests; None for a run from before them. Refuses a run whose digests
-    were deleted or whose manifest no longer says it keeps them."""
-    try:
-        digests = read_digests(directory)
-    except ValueError as e:
-        raise RunDirError(str(e)) from None
-    keeps = manifest.get("integrity") == INTEGRITY
-    if digests is None and keeps:
-        if (directory / RESULTS_FILE).is_file() and (directory / RESULTS_FILE).stat().st_size:
-            raise RunDirError(
-                f"{directory / DIGESTS_FILE} is missing, so the results cannot be checked; the "
-                "run directory was altered. Restore the file, or start a new run (another --out)."
-            )
-        return ()
-    if digests is not None and not keeps:
-        raise RunDirError(
-            f"{directory / MANIFEST_FILE}: field integrity was removed or changed but the run "
-            f"keeps {DIGESTS_FILE}; the manifest was edited. Restore the original manifest."
-        )
-    return None if digests is None else tuple(digests)
-
-
 def _scan(directory: Path, make_sink: Callable[[dict[str, Any]], Any]) -> RunContents:
     """Read the results line by line, handing each record of a finished chunk to a sink.
 
@@ -273,7 +212,7 @@ def _scan(directory: Path, make_sink: Callable[[dict[str, Any]], Any]) -> RunCon
     chunk without one is unfinished (the process died before writing it).
     """
     manifest = _read_manifest(directory)
-    digests = _digests(directory, manifest)
+    digests = load_digests(directory, manifest)
     sink = make_sink(manifest)
     results = directory / RESULTS_FILE
     expected = _chunk_lines(manifest)
@@ -331,40 +270,6 @@ def _scan(directory: Path, make_sink: Callable[[dict[str, Any]], Any]) -> RunCon
     return RunContents(
         manifest, (), tuple(finished), valid_bytes, count - position, torn, digests, tuple(ends)
     )
-
-
-def _bad_transcripts(directory: Path, contents: RunContents) -> int | None:
-    """The first finished chunk whose transcripts do not match their digest, or None."""
-    if contents.digests is None:
-        return None
-    return first_bad_transcript_chunk(
-        directory / TRANSCRIPTS_FILE, contents.digests, len(contents.finished_chunks)
-    )
-
-
-def check_whole(directory: Path, contents: RunContents) -> None:
-    """Refuse a run whose results lost finished chunks, or whose transcripts were edited,
-    truncated or deleted, naming the file and the chunk (what ``report`` and the analyses read).
-
-    Raises:
-        RunDirError: with the command that runs the damaged chunks again.
-    """
-    if contents.missing_chunks > 0:
-        first = len(contents.finished_chunks)
-        raise RunDirError(
-            f"{directory / RESULTS_FILE}: chunks {first} to {first + contents.missing_chunks - 1}"
-            f" are recorded in {DIGESTS_FILE} but missing from the file (it was truncated or "
-            f"deleted); `passkt eval --resume --out {directory}` with the run's arguments runs "
-            "them again"
-        )
-    bad = _bad_transcripts(directory, contents)
-    if bad is not None:
-        raise RunDirError(
-            f"{directory / TRANSCRIPTS_FILE}: chunk {bad} does not match its digest (the file "
-            f"was edited, truncated or deleted); `passkt eval --resume --out {directory}` with "
-            f"the run's arguments runs chunks {bad} to {len(contents.finished_chunks) - 1} again "
-            "and rebuilds them"
-        )
 
 
 def read_run(directory: str | Path) -> RunContents:
@@ -477,41 +382,6 @@ def _check_out_dir(directory: Path) -> None:
         ) from e
 
 
-def _rebuildable(directory: Path, contents: RunContents) -> RunContents:
-    """What a resume keeps: the finished chunks before the first one whose results were cut off
-    or whose transcripts do not match their digest; that one and the rest run again (with the
-    same seeds), which rebuilds them. Says so on the log, naming the file and the chunks."""
-    if contents.digests is None:
-        return contents
-    keep = len(contents.finished_chunks)
-    if contents.missing_chunks > 0:
-        logger.warning(
-            "%s: chunks %d to %d are recorded in %s but missing from the file; running them again",
-            directory / RESULTS_FILE,
-            keep,
-            keep + contents.missing_chunks - 1,
-            DIGESTS_FILE,
-        )
-    bad = _bad_transcripts(directory, contents)
-    if bad is not None:
-        logger.warning(
-            "%s: chunk %d does not match its digest (edited, truncated or deleted); running "
-            "chunks %d to %d again to rebuild it",
-            directory / TRANSCRIPTS_FILE,
-            bad,
-            bad,
-            keep - 1,
-        )
-        keep = bad
-    return replace(
-        contents,
-        finished_chunks=contents.finished_chunks[:keep],
-        valid_bytes=contents.chunk_ends[keep - 1] if keep else 0,
-        digests=contents.digests[:keep],
-        chunk_ends=contents.chunk_ends[:keep],
-    )
-
-
 def _holds_no_results(directory: Path) -> bool:
     """Empty, or only a manifest and no results: nothing would be lost by starting over."""
     digests = directory / DIGESTS_FILE
@@ -614,7 +484,7 @@ class RunStore:
                 f"{directory} already holds a run; pass --resume to continue it "
                 "or choose another --out"
             )
-        contents = _rebuildable(directory, _scan(directory, lambda manifest: NoRecords()))
+        contents = rebuildable(directory, _scan(directory, lambda manifest: NoRecords()))
         diffs = _differences(contents.manifest, manifest)
         if diffs:
             raise RunDirError(
