@@ -12,7 +12,8 @@ cheap (no model is loaded, no file is written) and raises ``ValueError`` (or
 - ``check_number``: finite, and within its range.
 - ``parse_grid`` / ``check_grid``: a budget list strictly increasing as given (``5,3`` is an error,
   not sorted) and at most ``MAX_BUDGET``.
-- ``check_resume``: ``--resume`` on a folder that holds no run says so instead of starting one.
+- ``check_resume``: ``--resume`` on a folder that holds no run says so instead of starting one
+  (the command lines call it; the library's ``resume=True`` may also start a run).
 - ``check_text_observation``: an env whose observations are not text is refused by name.
 """
 

@@ -21,11 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from passkt.agents.preflight import MAX_BUDGET, parse_grid
+from passkt.agents.preflight import MAX_BUDGET, check_resume, parse_grid
 from passkt.agents.redact import RedactingFilter, redact
 from passkt.agents.specs import parse_env_kwargs
 from passkt.envs.contract import import_modules
 from passkt.envs.errors import PassktError
+from passkt.eval.manifest import MANIFEST_FILE
 from passkt.eval.reports import Report, write_comparison, write_report
 
 __all__ = [
@@ -229,6 +230,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     task_ids = _parse_task_ids(args.task_ids)
     if args.resume and args.out is None:
         raise ValueError("--resume needs --out RUN_DIR: the run directory to continue")
+    if args.resume:  # the library's resume=True also starts a run; the flag only continues one
+        check_resume(args.out, lambda directory: (directory / MANIFEST_FILE).is_file())
     budgets = (
         parse_int_list(args.budgets, "--budgets", maximum=MAX_BUDGET)
         if args.budgets is not None

@@ -41,7 +41,6 @@ from passkt.agents.preflight import (
     check_grid,
     check_number,
     check_policy_spec,
-    check_resume,
 )
 from passkt.agents.rollout import RolloutStats, rollout
 from passkt.envs.contract import (
@@ -64,7 +63,7 @@ from passkt.eval.chunking import (
 )
 from passkt.eval.estimator import Surface, check_ks, default_ks, surface
 from passkt.eval.outcomes import OutcomeTable
-from passkt.eval.store import MANIFEST_FILE, RunStore, chunk_bounds, load_run, make_manifest
+from passkt.eval.store import RunStore, chunk_bounds, load_run, make_manifest
 
 __all__ = [
     "DEFAULT_BUDGETS",
@@ -351,8 +350,6 @@ def evaluate(
     plan = _plan(env_id, env_kwargs, split, task_ids, limit, n, budgets, ks, share_prefix)
     if resume and out_dir is None:
         raise ValueError("resume=True needs out_dir (the run directory to continue)")
-    if resume:
-        check_resume(out_dir, lambda directory: (directory / MANIFEST_FILE).is_file())
     seeding, stored_chunk = stored_scheme(out_dir, resume)
     if chunk_tasks is None:
         chunk_tasks = stored_chunk or (1 if seeding == SEEDING else default_chunk_tasks(n))

@@ -25,7 +25,6 @@ from passkt.agents.model_files import check_model_files
 from passkt.agents.preflight import (
     check_dtype,
     check_policy_spec,
-    check_resume,
     missing_top,
     remove_created,
 )
@@ -360,14 +359,13 @@ def holds_training_run(output_dir: Path) -> bool:
 
 def preflight(config: TrainConfig, *, resume: bool) -> None:
     """The checks of ``passkt.agents.preflight`` that come before the output folder is made:
-    the policy (a model folder with a ``config.json`` and sound files), its dtype, ``resume`` on
-    a folder that holds no run (one line: nothing to resume), and the files of the checkpoint a
-    resume would read (``passkt.agents.model_files``)."""
+    the policy (a model folder with a ``config.json`` and sound files), its dtype, and the files
+    of the checkpoint a resume would read (``passkt.agents.model_files``). (``--resume`` on a
+    folder without a run is refused by the command line, ``holds_training_run``.)"""
     policy = config.policy if ":" in config.policy else f"hf:{config.policy}"
     check_policy_spec(policy, trainable=True)
     check_dtype(config.dtype, "dtype")
     if resume:
-        check_resume(config.output_dir, holds_training_run)
         checkpoint = latest_checkpoint(Path(config.output_dir))
         if checkpoint is not None:  # every file a resume reads, before anything is loaded
             check_model_files(checkpoint)

@@ -261,11 +261,9 @@ def test_one_trainer_per_output_dir(
 
     monkeypatch.setattr(grpo, "sample_groups", broken)
     with pytest.raises(RuntimeError, match="sampling failed"):  # fails inside the started run
-        train_grpo(digit_config(format_checkpoint, out, max_steps=1))  # a lock only: no run
-    monkeypatch.undo()
-    with pytest.raises(ValueError, match="nothing to resume at"):  # it left no run behind
         train_grpo(digit_config(format_checkpoint, out, max_steps=1), resume=True)
-    result = train_grpo(digit_config(format_checkpoint, out, max_steps=1))
+    monkeypatch.undo()
+    result = train_grpo(digit_config(format_checkpoint, out, max_steps=1), resume=True)
     assert result.steps == 1 and (out / "checkpoint-1").is_dir()
 
 
