@@ -83,18 +83,25 @@ def answer_content(text: str) -> str | None:
     """The LaTeX that must be the whole answer, or None when its box is never closed.
 
     The content of the last ``\\boxed{...}``; else of the last math delimiters (``$...$``,
-    ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``; ``\\$`` is a dollar sign); else all of ``text``.
+    ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``; ``\\$`` is a dollar sign); else all of ``text``;
+    stripped, and without a final full stop (``5.`` is ``5``: not a change of value).
     """
     boxes = list(_BOXED.finditer(text))
     if boxes:
         start = boxes[-1].end() - 1
         end = _group_end(text, start)
-        return None if end is None else text[start + 1 : end].strip()
+        return None if end is None else _without_full_stop(text[start + 1 : end])
     segments = list(_DELIMITED.finditer(text))
     if segments:
         last = segments[-1]
-        return next(group for group in last.groups() if group is not None).strip()
-    return text.strip()
+        return _without_full_stop(next(group for group in last.groups() if group is not None))
+    return _without_full_stop(text)
+
+
+def _without_full_stop(content: str) -> str:
+    """``content`` stripped, without the one full stop that ends a sentence (``5.`` is 5)."""
+    content = content.strip()
+    return content[:-1].rstrip() if content.endswith(".") else content
 
 
 def balanced(latex: str) -> bool:

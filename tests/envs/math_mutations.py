@@ -57,6 +57,8 @@ unbalanced tails, equations inside expressions, base subscripts, absolute tolera
 
 ACCEPTED = [
     ("x=5", "5"),
+    ("5", "5."),
+    ("5", r"\boxed{5.}"),
     ("5", "x=5"),
     ("5", "x = 5"),
     ("x=5", "x = 5"),
