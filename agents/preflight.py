@@ -14,7 +14,6 @@ cheap (no model is loaded, no file is written) and raises ``ValueError`` (or
   not sorted) and at most ``MAX_BUDGET``.
 - ``check_resume``: ``--resume`` on a folder that holds no run says so instead of starting one
   (the command lines call it; the library's ``resume=True`` may also start a run).
-- ``check_text_observation``: an env whose observations are not text is refused by name.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ __all__ = [
     "check_number",
     "check_policy_spec",
     "check_resume",
-    "check_text_observation",
     "missing_top",
     "nothing_to_resume",
     "parse_grid",
@@ -205,15 +203,6 @@ def check_policy_spec(spec: str, *, trainable: bool = False) -> tuple[str, str]:
         if not callable(factory):
             raise ValueError(f"policy {spec!r}: {target} is not callable")
     return kind, target
-
-
-def check_text_observation(env_id: str, observation: Any) -> None:
-    """Refuse an env whose observations are not text (passkt's policies read and write text)."""
-    if not isinstance(observation, str):
-        raise ValueError(
-            f"--env {env_id}: its observations are {type(observation).__name__}, not text; "
-            "passkt evaluates and trains text envs (observation and action are str)"
-        )
 
 
 def missing_top(directory: Path) -> Path | None:

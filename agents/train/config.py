@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from passkt.agents.policy import SamplingParams
+from passkt.agents.preflight import MAX_BUDGET
 
 FineTune = Literal["full", "lora"]
 Precision = Literal["float32", "bfloat16", "float16", "auto"]
@@ -151,6 +152,8 @@ class TrainConfig:
         )
         policy_path(self.policy)
         _non_negative(self, "t_train", "warmup_steps", "save_every", "eval_every", "seed")
+        if self.t_train > MAX_BUDGET:
+            raise ValueError(f"t_train must be at most {MAX_BUDGET} tool calls, got {self.t_train}")
         for name in ("max_steps", "limit", "max_length", "save_total_limit"):
             value = getattr(self, name)
             if value is not None and value < 1:

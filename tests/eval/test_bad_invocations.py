@@ -167,6 +167,8 @@ TRAIN_ROWS: list[tuple[list[str], str]] = [
     (["sft", "--policy", f"hf:{MODEL}", "--resume"], "nothing to resume at r"),
     (["grpo", "--policy", f"hf:{MODEL}", "--env", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
     (["grpo", "--config", "/nonexistent/config.json"], "/nonexistent/config.json"),
+    (["grpo", "--policy", f"hf:{MODEL}", "--t-train", "1000000"], "1000000"),
+    (["grpo", "--policy", f"hf:{MODEL}", "--t-train", "-1"], "-1"),
 ]
 """(arguments after ``passkt train``, fragment); ``--out r`` is added to each."""
 
