@@ -413,7 +413,7 @@ def evaluate(
             _, table = load_run(store.directory, name=manifest["name"])
         else:
             table = OutcomeTable.from_records(records, name=manifest["name"])
-    except BaseException:
+    except Exception:  # not on Ctrl-C, after which the CLI says to --resume
         if store is not None:
             store.discard_if_empty()  # a model that failed to load leaves nothing behind
         raise
