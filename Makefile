@@ -11,7 +11,7 @@ setup:  ## install everything (torch 2.13 first, so the install below keeps that
 	$(PY) -m pip install -q -e ".[all]"
 
 demo:  ## the main job: PASS@(k,T) of the heuristic agent on synthetic BridgeQA (`passkt eval`)
-	$(PY) -m passkt.eval.cli eval
+	$(PY) -m passkt eval
 
 test:  ## the whole suite (slow tests included), as CI runs it
 	$(PY) -m pytest

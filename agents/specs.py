@@ -2,7 +2,7 @@
 
 ``hf:PATH_OR_ID``, ``vllm:ID``, ``openai:URL#MODEL``, ``scripted:oracle``, ``scripted:heuristic``,
 ``lean:PATH_OR_ID`` (``HFPolicy`` with the testbed's lean CPU decoding loop for Llama / Qwen2
-models: the same completions, several times faster; see ``passkt.agents.testbed.decoding``),
+models: the same completions, several times faster; see ``passkt.agents.lean``),
 and ``py:MODULE:FACTORY`` for your own agent: ``FACTORY(context, **options)`` is called with a
 ``PolicyContext`` (the env id and kwargs, its task ids and records, its protocol) and returns any
 object with ``generate(conversations, params)``. ``hf:`` on a CPU (the default device) is
@@ -130,7 +130,7 @@ def load_policy(
     if kind == "hf" and options.get("device") in (None, "cpu"):
         # On a CPU the lean loop keeps each episode's KV cache between turns and is faster at
         # every batch size; it samples with HFPolicy's own code, and other models fall back.
-        from passkt.agents.testbed.decoding import LeanPolicy
+        from passkt.agents.lean import LeanPolicy
 
         policy = LeanPolicy(target, **options)
     elif kind == "hf":
@@ -138,7 +138,7 @@ def load_policy(
 
         policy = HFPolicy(target, **options)
     elif kind == "lean":
-        from passkt.agents.testbed.decoding import LeanPolicy
+        from passkt.agents.lean import LeanPolicy
 
         policy = LeanPolicy(target, **options)
     elif kind == "vllm":

@@ -2,9 +2,9 @@
 
 torch starts with one thread per core it sees, but a container's CPU quota (cgroup ``cpu.max``)
 or a process's CPU affinity can give it fewer cores than the machine has, and several jobs of one
-pipeline (``study.py --jobs``, ``torchrun`` ranks) share the cores. More threads than free cores
-make torch much slower, not faster (on a loaded 2-core machine, two threads pretrained at a
-third of the speed of one, as measured for issue 18). So the CLI and the study pipeline set the
+pipeline (``passkt study run --jobs``, ``torchrun`` ranks) share the cores. More threads than
+free cores make torch much slower, not faster (on a loaded 2-core machine, two threads
+pretrained at a third of the speed of one). So the CLI and the study pipeline set the
 thread count from :func:`threads_per_job` unless told otherwise (``--threads``).
 """
 

@@ -1,7 +1,7 @@
 """HotpotQA bridge hop order: the rule before and after the answer steps, against hand labels.
 
 Usage:
-    python benchmarks/bridge_order.py [--data ../shared/data/hotpotqa_dev_distractor_subset.json]
+    python benchmarks/bridge_order.py [--data tests/data/hotpotqa_dev_distractor_subset.json]
 
 Hand labels: ``tests/envs/data/bridge_order_labels.json`` (40 bridge tasks drawn with
 ``random.Random(12).sample(bridge_records, 40)``, each read and ordered by hand; ``order`` null
@@ -23,7 +23,7 @@ from pathlib import Path
 from passkt.envs.sources.hotpotqa import _answer_name, _mentions, _name, order_bridge_titles
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT = ROOT.parent / "shared/data/hotpotqa_dev_distractor_subset.json"
+DEFAULT = ROOT / "tests/data/hotpotqa_dev_distractor_subset.json"
 LABELS = ROOT / "tests/envs/data/bridge_order_labels.json"
 
 

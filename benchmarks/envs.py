@@ -26,7 +26,7 @@ from passkt.envs import ENV_SPECS, Paragraph, Task, load_tasks
 from passkt.envs.retrieval import BM25sRetriever, RankBM25Retriever, global_corpus
 from passkt.envs.sources import synthetic, synthetic_world
 
-DEFAULT_HOTPOT = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DEFAULT_HOTPOT = Path(__file__).resolve().parents[1] / "tests" / "data"
 DEFAULT_HOTPOT = DEFAULT_HOTPOT / "hotpotqa_dev_distractor_subset.json"
 
 

@@ -68,14 +68,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--before",
         action="store_true",
-        help="also run both modes with the fork and prompt costs of before issue 18",
+        help="also run both modes with the fork and prompt costs of the earlier design",
     )
     return p
 
 
 @contextlib.contextmanager
-def before_issue_18():
-    """The costs the evaluator had before issue 18, restored for a side-by-side measure: every
+def earlier_design():
+    """The costs the evaluator had in its earlier design, restored for a side-by-side measure: every
     fork deep-copied the env's RNG and both spaces and rebuilt its spec and episode with
     ``dataclasses.replace``, every sample rendered and tokenized the first prompt again, and the
     heuristic agent parsed every text of the conversation again at every turn."""
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     for share in (True, False):
         runs["now", share] = _evaluate(args, policy, env_kwargs, budgets, params, share)
         if args.before:
-            with before_issue_18():
+            with earlier_design():
                 runs["before", share] = _evaluate(args, policy, env_kwargs, budgets, params, share)
 
     (shared, seq_shared, t_shared, c_shared) = runs["now", True]

@@ -30,7 +30,7 @@ import passkt.envs  # noqa: F401  (registers the envs)
 from passkt.envs.math_worker import DEFAULT_CPU_LIMIT_S, shared_worker
 
 ROOT = Path(__file__).resolve().parents[1]
-MATH500 = ROOT.parent / "shared" / "data" / "math500.jsonl"
+MATH500 = ROOT / "tests" / "data" / "math500.jsonl"
 sys.path.insert(0, str(ROOT / "tests" / "envs"))
 from math_corpus import ADVERSARIAL, FRAGMENTS  # noqa: E402
 from math_mutations import equivalent_forms, mutations  # noqa: E402

@@ -21,8 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "paper"))
-
 
 def consecutive(sequences, size):
     return [list(range(i, min(i + size, len(sequences)))) for i in range(0, len(sequences), size)]
@@ -39,12 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from study_profile import pin
-    from study_stages import Study, train_config
-
     import passkt.agents.train.grpo as grpo
     from passkt.agents.train.common import TokenSequence, collate, load_task_list
     from passkt.agents.train.loop import TrainingRun
+    from passkt.study.profile import pin
+    from passkt.study.stages import Study, train_config
 
     study = Study(args.study, pin(args.study, None, None), [args.category], [0])
     with tempfile.TemporaryDirectory() as tmp:

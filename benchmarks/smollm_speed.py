@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 
 from passkt.agents.hf import HFPolicy
+from passkt.agents.lean import LeanPolicy
 from passkt.agents.policy import SamplingParams
-from passkt.agents.testbed.decoding import LeanPolicy
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 HOTPOT = DATA / "hotpotqa_dev_distractor_subset.json"

@@ -4,7 +4,7 @@ For each size, one ``passkt eval`` job (``scripted:oracle`` on synthetic BridgeQ
 up to 1,000 test tasks and n = size / (5 x tasks): a larger run is more samples of the same
 problems, and a rollout batch holds at most ``ceil(256 / n)`` tasks) runs in its own process,
 then ``passkt report`` on the run it wrote, and ``passkt report`` again on the same run rewritten
-in the layout of before issue 18
+in the earlier layout (each result line carrying its transcript)
 (each result line carrying its transcript), all in this one invocation. Each process reports
 its CPU seconds and peak resident memory (GNU ``/usr/bin/time``).
 

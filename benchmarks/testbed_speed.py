@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 
 from passkt.agents.hf import HFPolicy
+from passkt.agents.lean import LeanPolicy
 from passkt.agents.policy import SamplingParams
 from passkt.agents.rollout import rollout
-from passkt.agents.testbed.decoding import LeanPolicy
 
 EVAL_TASKS, EVAL_N = 100, 64
 BUDGETS = (0, 1, 2, 3, 5)

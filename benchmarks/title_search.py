@@ -1,7 +1,7 @@
 """Searching a gold title on HotpotQA's own 10 paragraphs: before and after the title rule and fill.
 
 Usage:
-    python benchmarks/title_search.py [--data ../shared/data/hotpotqa_dev_distractor_subset.json]
+    python benchmarks/title_search.py [--data tests/data/hotpotqa_dev_distractor_subset.json]
 
 For every gold (supporting-fact) title of every record, the query is the title itself, searched
 in the record's own paragraphs with ``top_k`` = 3 (the envs' default). "before" is the ranking
@@ -23,7 +23,7 @@ from pathlib import Path
 from passkt.envs.retrieval import BACKENDS, _top_k, tokenize
 from passkt.envs.tasks import Paragraph
 
-DEFAULT = Path(__file__).resolve().parents[2] / "shared/data/hotpotqa_dev_distractor_subset.json"
+DEFAULT = Path(__file__).resolve().parents[1] / "tests/data/hotpotqa_dev_distractor_subset.json"
 
 
 def before(retriever, query: str, k: int) -> list[int]:

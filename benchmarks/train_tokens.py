@@ -3,7 +3,7 @@
     python benchmarks/train_tokens.py [--limit 100] [--t-train 5]
 
 Runs the oracle expert (``scripted:oracle``: follows each task's gold chain, with a one-line
-``<think>`` per turn) on the real task files in ``../shared/data`` at the study's training budget,
+``<think>`` per turn) on the real task files in ``tests/data`` at the study's training budget,
 and counts, per episode, the tokens of the prompt (system prompt and question), of the
 observations (search results and chat-template turns) and of the policy's own turns, with the
 SmolLM2 tokenizer (a 49k BPE; Qwen2.5's 151k BPE gives somewhat fewer tokens for English text).
@@ -17,7 +17,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 CATEGORIES = {
     "A": ("Math-v0", {"source": "math500", "path": str(DATA / "math500.jsonl")}, 0),
     "B": (

@@ -235,6 +235,8 @@ class ToolUseEnv(gym.Env[str, str]):
     """The task category this env poses."""
     has_tools: ClassVar[bool] = True
     """Whether ``<search>`` is a tool (False for math: every search is invalid)."""
+    takes_hops: ClassVar[bool] = False
+    """Whether ``hops=`` (the depth of synthetic bridge tasks) applies to this env."""
 
     def __init__(
         self,
@@ -300,6 +302,9 @@ class ToolUseEnv(gym.Env[str, str]):
         tasks: Sequence[Task] | None,
     ) -> tuple[Task, ...]:
         name = type(self).__name__
+        if hops is not None and not self.takes_hops:
+            # As for any argument the env does not take (hops= is the depth of bridge tasks).
+            raise TypeError(f"{name}.__init__() got an unexpected keyword argument 'hops'")
         if tasks is not None:
             if path is not None or hops is not None or source_options:
                 raise ValueError(

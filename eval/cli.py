@@ -52,10 +52,20 @@ DEFAULT_LIMIT = 100
 _PLUGINS: dict[str, tuple[str, str]] = {
     "train": ("passkt.agents.train.cli", "train a policy with GRPO or SFT on any registered env"),
     "analyze": ("passkt.eval.analysis.cli", "segment perplexity and strategy diversity of runs"),
-    "testbed": ("passkt.agents.testbed.cli", "small agent models trained from scratch (testbed)"),
+    "power": ("passkt.eval.power_cli", "problems (or the smallest change) a comparison needs"),
 }
 """Subcommands that live in other modules: name -> (module with ``add_parser(subparsers)``, help).
 A module is imported only when its command runs, so the CLI starts fast and works without it."""
+
+
+def register_command(name: str, module: str, help_text: str) -> None:
+    """Add ``passkt NAME``, served by ``module``'s ``add_parser(subparsers)`` (loaded on use).
+
+    The packages above ``passkt.eval`` (``passkt.study``) register their commands so (see
+    ``passkt.cli``), which keeps this module free of imports from them.
+    """
+    _PLUGINS[name] = (module, help_text)
+
 
 EVAL_EXAMPLES = """\
 examples:

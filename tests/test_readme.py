@@ -1,8 +1,10 @@
-"""The README's Python examples run as written, each alone in a fresh process, as a user would.
+"""The Python examples of the README and of every page in docs/ run as written, each alone in a
+fresh process, as a user would.
 
 Each block runs in its own interpreter (an example that forgets an import fails here) in an empty
-folder holding the data files the README tells the user to download, linked to the tests' copies
-in ``../shared/data`` (HotpotQA: the dev subset stands in for the full dev file).
+folder holding the data files the page tells the user to download, linked to the tests' copies
+in ``tests/data`` (HotpotQA: the dev subset stands in for the full dev file). A block with no
+``import`` line is an excerpt of a larger example (a method, a dict) and is not run alone.
 """
 
 from __future__ import annotations
@@ -13,30 +15,40 @@ import sys
 from pathlib import Path
 
 import pytest
-from shared_data import DATA, reason
+from real_data import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCKS = [
+    (page.relative_to(ROOT).as_posix(), block)
+    for page in PAGES
+    for block in re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)
+    if re.search(r"^(import|from) ", block, re.MULTILINE)
+]
 DOWNLOADS = {"hotpot_dev_distractor_v1.json": DATA / "hotpotqa_dev_distractor_subset.json"}
-"""File name in the README -> the tests' copy that stands in for it."""
+"""File name in a page -> the tests' copy that stands in for it."""
 
 
 def test_readme_has_examples():
-    assert len(BLOCKS) >= 4
+    assert sum(page == "README.md" for page, _ in BLOCKS) >= 2
+    assert len(BLOCKS) >= 3
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_readme_example_runs(index, tmp_path):
+@pytest.mark.parametrize(
+    ("page", "block"), BLOCKS, ids=[f"{page}-{i}" for i, (page, _) in enumerate(BLOCKS)]
+)
+def test_example_runs(page, block, tmp_path):
     for name, copy in DOWNLOADS.items():
-        if name in BLOCKS[index]:
-            if not copy.exists():
-                pytest.skip(reason(copy))
+        if name in block:
             (tmp_path / name).symlink_to(copy)
     done = subprocess.run(
-        [sys.executable, "-c", BLOCKS[index]],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=600
     )
-    assert done.returncode == 0, f"README example {index}:\n{BLOCKS[index]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"{page} example:\n{block}\n{done.stderr[-3000:]}"
+
+
+def test_readme_links_resolve():
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            if "://" not in target:
+                assert (page.parent / target).exists(), f"{page.name} links to missing {target}"

@@ -194,7 +194,7 @@ class TrainingRun:
 
         policy_class = HFPolicy
         if rollout_backend(self.config.policy) == "lean":
-            from passkt.agents.testbed.decoding import LeanPolicy
+            from passkt.agents.lean import LeanPolicy
 
             policy_class = LeanPolicy
         config, accelerator = self.config, self.accelerator

@@ -176,12 +176,12 @@ def test_hf_spec_on_cpu_rolls_out_hotpotqa_as_hfpolicy_does(smol_policy):
     import numpy as np
 
     import passkt.envs  # noqa: F401  (registers the envs)
+    from passkt.agents.lean import LeanPolicy
     from passkt.agents.policy import SamplingParams
     from passkt.agents.rollout import rollout
     from passkt.agents.specs import load_policy
-    from passkt.agents.testbed.decoding import LeanPolicy
 
-    data = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+    data = Path(__file__).resolve().parents[1] / "data"
     kwargs = {"source": "hotpotqa", "path": str(data / "hotpotqa_dev_distractor_subset.json")}
     task = gym.make("BridgeQA-v0", **kwargs).unwrapped.tasks[0].task_id
     lean = load_policy(f"hf:{SMOLLM2_ALIAS}")

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from shared_data import DATA, reason
+from real_data import DATA
 
 import passkt.envs  # noqa: F401  (registers the envs)
 from passkt.envs.corpus import Corpus, CorpusIndexError, corpus_fingerprint, open_corpus
@@ -100,7 +100,6 @@ def test_the_variants_differ_only_on_words_in_over_half_the_documents() -> None:
     assert [h.score * (K1 + 1) for h in got] == pytest.approx([h.score for h in expected])
 
 
-@pytest.mark.skipif(not HOTPOT.exists(), reason=reason(HOTPOT))
 def test_agrees_with_rank_bm25_on_hotpotqa_without_common_words() -> None:
     corpus = Corpus.from_hotpotqa(HOTPOT)
     records = json.loads(HOTPOT.read_text(encoding="utf-8"))

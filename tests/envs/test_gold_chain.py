@@ -15,7 +15,7 @@ import re
 
 import gymnasium as gym
 import pytest
-from shared_data import DATA, reason
+from real_data import DATA
 
 from passkt.envs import Paragraph, Task, load_tasks
 from passkt.envs.retrieval import RankBM25Retriever
@@ -233,7 +233,6 @@ def gold_chain_success(tasks: list[Task], budget: int) -> float:
     return solved / len(tasks)
 
 
-@pytest.mark.skipif(not HOTPOT.exists(), reason=reason(HOTPOT))
 def test_gold_chain_on_real_hotpotqa(record_property) -> None:
     from passkt.envs.scoring import normalize_answer
 

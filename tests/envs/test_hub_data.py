@@ -17,7 +17,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-from shared_data import DATA, require
+from real_data import DATA
 
 import passkt.envs  # noqa: F401  (registers the envs)
 from passkt.envs.sources.hotpotqa import load_tasks
@@ -68,7 +68,7 @@ def test_hub_names_are_told_from_files(tmp_path: Path) -> None:
 
 
 def test_hotpotqa_in_the_hub_layout_loads_like_the_official_file(tmp_path: Path) -> None:
-    records = json.loads(require(HOTPOT).read_text(encoding="utf-8"))[:60]
+    records = json.loads(HOTPOT.read_text(encoding="utf-8"))[:60]
     official = tmp_path / "dev.json"
     official.write_text(json.dumps(records), encoding="utf-8")
     repo = _hub_repository(
@@ -92,8 +92,8 @@ def test_hotpotqa_in_the_hub_layout_loads_like_the_official_file(tmp_path: Path)
 
 
 def test_math_sources_read_saved_datasets(tmp_path: Path) -> None:
-    math500 = require(DATA / "math500.jsonl")
-    gsm8k = require(DATA / "gsm8k_sample.jsonl")
+    math500 = DATA / "math500.jsonl"
+    gsm8k = DATA / "gsm8k_sample.jsonl"
     rows = [json.loads(line) for line in math500.read_text(encoding="utf-8").splitlines()[:40]]
     datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)}).save_to_disk(tmp_path / "m")
     (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")

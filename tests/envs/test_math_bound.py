@@ -6,21 +6,18 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from math_corpus import ADVERSARIAL, FRAGMENTS  # tests/envs is on sys.path (rootdir import)
+from real_data import DATA
 
 from passkt.envs.math_guard import refusal
 from passkt.envs.math_worker import DEFAULT_CPU_LIMIT_S, MathWorker, shared_worker
 
-MATH500 = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "math500.jsonl"
-needs_math500 = pytest.mark.skipif(
-    not MATH500.is_file(), reason=f"shared data not found: {MATH500}"
-)
+MATH500 = DATA / "math500.jsonl"
 
 STEP_CPU_S = 1.0
 """The promise: one step of Math-v0 never uses more than this much CPU (env + scoring worker)."""
@@ -70,7 +67,6 @@ def test_guard_lets_ordinary_answers_through(answer: str) -> None:
     assert refusal(answer) is None
 
 
-@needs_math500
 def test_guard_lets_every_math500_gold_answer_through() -> None:
     assert [a for a in _gold_answers() if refusal(a)] == []
 
@@ -121,7 +117,6 @@ def test_a_worker_killed_from_outside_is_replaced() -> None:
         worker.close()
 
 
-@needs_math500
 @pytest.mark.slow
 def test_every_math500_gold_answer_scores_one_within_the_step_limit() -> None:
     steps = []
@@ -135,7 +130,6 @@ def test_every_math500_gold_answer_scores_one_within_the_step_limit() -> None:
     assert max(steps)[0] < STEP_CPU_S
 
 
-@needs_math500
 @pytest.mark.slow
 def test_adversarial_corpus_never_exceeds_the_step_limit() -> None:
     env = _math_env("test")
@@ -152,7 +146,6 @@ def test_adversarial_corpus_never_exceeds_the_step_limit() -> None:
 MIXTURES = st.lists(st.sampled_from(FRAGMENTS + ADVERSARIAL), min_size=1, max_size=8).map("".join)
 
 
-@needs_math500
 @pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(answer=MIXTURES, task=st.integers(0, 10_000))

@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from shared_data import DATA, reason
+from real_data import DATA
 
 from passkt.envs.retrieval import (
     BM25sRetriever,
@@ -188,7 +188,6 @@ def _same_ranking(expected: list[Hit], got: list[Hit]) -> bool:
     return True
 
 
-@pytest.mark.skipif(not HOTPOT.exists(), reason=reason(HOTPOT))
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_gold_title_of_the_subset_finds_its_paragraph_first(backend) -> None:
     # Before the title rule: 854 of 974 (18 searches found nothing); benchmarks/title_search.py.
@@ -202,7 +201,6 @@ def test_every_gold_title_of_the_subset_finds_its_paragraph_first(backend) -> No
     assert (first, searches) == (974, 974)
 
 
-@pytest.mark.skipif(not HOTPOT.exists(), reason=reason(HOTPOT))
 def test_backends_agree_on_real_per_task_corpora() -> None:
     for paragraphs, queries in _hotpot_corpora(150):
         reference, fast = RankBM25Retriever(paragraphs), BM25sRetriever(paragraphs)
@@ -211,7 +209,6 @@ def test_backends_agree_on_real_per_task_corpora() -> None:
             assert _same_ranking(expected, got), query
 
 
-@pytest.mark.skipif(not HOTPOT.exists(), reason=reason(HOTPOT))
 def test_backends_agree_on_a_global_corpus() -> None:
     corpora = _hotpot_corpora(487)
     tasks = [Task(str(i), "bridge", "q", "a", paragraphs=p) for i, (p, _) in enumerate(corpora)]

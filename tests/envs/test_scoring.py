@@ -11,8 +11,7 @@ import threading
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shared_data import DATA as DATA_DIR
-from shared_data import reason
+from real_data import DATA as DATA_DIR
 
 from passkt.envs.scoring import (
     MAX_MATH_CHARS,
@@ -31,22 +30,16 @@ MATH500 = DATA_DIR / "math500.jsonl"
 
 
 def _hotpot_answers() -> list[str]:
-    if not HOTPOT_SUBSET.is_file():
-        return []
     return [record["answer"] for record in json.loads(HOTPOT_SUBSET.read_text(encoding="utf-8"))]
 
 
 def _math500_answers() -> list[str]:
-    if not MATH500.is_file():
-        return []
     lines = MATH500.read_text(encoding="utf-8").splitlines()
     return [json.loads(line)["answer"] for line in lines if line.strip()]
 
 
 ANSWERS = _hotpot_answers()
 MATH_ANSWERS = _math500_answers()
-needs_hotpot = pytest.mark.skipif(not ANSWERS, reason=reason(HOTPOT_SUBSET))
-needs_math500 = pytest.mark.skipif(not MATH_ANSWERS, reason=reason(MATH500))
 
 
 # --- normalization, EM, F1 ------------------------------------------------------------------
@@ -114,7 +107,6 @@ def test_exact_match_basic() -> None:
     assert not exact_match("Beatles", "The Rolling Stones")
 
 
-@needs_hotpot
 def test_every_hotpot_answer_matches_itself_and_forgiving_variants() -> None:
     for answer in ANSWERS:
         variants = [
@@ -139,7 +131,6 @@ def _dropped_token_f1(tokens: list[str]) -> float:
     return 2 * (n - 1) / (2 * n - 1)
 
 
-@needs_hotpot
 def test_every_hotpot_answer_differs_from_content_changing_variants() -> None:
     for answer in ANSWERS:
         tokens = normalize_answer(answer).split()
@@ -162,7 +153,6 @@ def _flip_case(text: str, flips: list[bool]) -> str:
     return "".join(out)
 
 
-@needs_hotpot
 @settings(max_examples=300, deadline=None)
 @given(
     answer=st.sampled_from(ANSWERS or ["x"]),
@@ -185,7 +175,6 @@ def test_hypothesis_forgiving_perturbations_keep_em_and_f1(
     assert f1_score(variant, answer) == 1.0
 
 
-@needs_hotpot
 @settings(max_examples=200, deadline=None)
 @given(answer=st.sampled_from(ANSWERS or ["x"]), word=st.sampled_from(["zebra", "qq", "9999"]))
 def test_hypothesis_replacing_a_token_breaks_em(answer: str, word: str) -> None:
@@ -279,7 +268,6 @@ def test_math_equal_never_raises_on_arbitrary_text(prediction: str, gold: str) -
     assert math_equal(prediction, gold) in (True, False)
 
 
-@needs_math500
 def test_every_math500_answer_equals_itself_in_every_wrapping() -> None:
     failures = [
         (answer, form)
@@ -290,7 +278,6 @@ def test_every_math500_answer_equals_itself_in_every_wrapping() -> None:
     assert failures == []
 
 
-@needs_math500
 def test_math500_integer_answers_differ_from_their_successor() -> None:
     integers = [a for a in MATH_ANSWERS if re.fullmatch(r"-?\d+", a)]
     assert len(integers) > 100

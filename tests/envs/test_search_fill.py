@@ -7,7 +7,7 @@ import json
 import gymnasium as gym
 import numpy as np
 import pytest
-from shared_data import DATA, reason
+from real_data import DATA
 
 import passkt.envs  # noqa: F401  (registers the envs)
 from passkt.envs.corpus import Corpus
@@ -52,7 +52,6 @@ def test_fill_returns_top_k_with_ties_in_corpus_order(backend) -> None:
     assert retriever.search("rivers", k=4, fill=True) == hits  # deterministic
 
 
-@pytest.mark.skipif(not HOTPOT.exists(), reason=reason(HOTPOT))
 @pytest.mark.parametrize("backend", BACKENDS[:2], ids=NAMES[:2])
 def test_every_gold_title_and_nonsense_return_top_k_on_hotpotqa(backend) -> None:
     # Without fill 329 of these 974 title searches return fewer than 3 (title_search.py).
@@ -73,8 +72,6 @@ def test_every_gold_title_and_nonsense_return_top_k_on_hotpotqa(backend) -> None
 
 def _hotpot_env(env_id: str, **kwargs):
     path = DATA / "hotpotqa_sample.json"
-    if not path.exists():
-        pytest.skip(reason(path))
     return gym.make(env_id, source="hotpotqa", path=str(path), **kwargs).unwrapped
 
 

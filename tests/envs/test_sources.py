@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shared_data import DATA as DATA_DIR
-from shared_data import reason
+from real_data import DATA as DATA_DIR
 
 from passkt.envs.errors import DatasetFormatError, MissingDependencyError
 from passkt.envs.scoring import number_equal
@@ -28,20 +27,14 @@ MATH500 = DATA_DIR / "math500.jsonl"
 GSM8K = DATA_DIR / "gsm8k_sample.jsonl"
 
 
-def _need(path: Path) -> Path:
-    if not path.is_file():
-        pytest.skip(reason(path))
-    return path
-
-
 @pytest.fixture(scope="module")
 def subset_records() -> list[dict[str, Any]]:
-    return json.loads(_need(SUBSET).read_text(encoding="utf-8"))
+    return json.loads(SUBSET.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
 def subset_tasks() -> dict[tuple[str, str], list]:
-    path = _need(SUBSET)
+    path = SUBSET
     return {
         (category, split): load_tasks(category, split, path=path)
         for category in ("bridge", "comparison")
@@ -80,7 +73,7 @@ def test_subset_counts_per_type(subset_tasks: dict) -> None:
 
 
 def test_sample_counts_per_type() -> None:
-    path = _need(SAMPLE)
+    path = SAMPLE
     counts = {
         category: sum(len(load_tasks(category, split, path=path)) for split in ("train", "test"))
         for category in ("bridge", "comparison")
@@ -121,7 +114,7 @@ def test_paragraph_text_keeps_the_official_leading_spaces(subset_tasks: dict) ->
 
 
 def test_comparison_gold_order_is_supporting_fact_order(subset_records: list) -> None:
-    path = _need(SUBSET)
+    path = SUBSET
     tasks = load_tasks("comparison", "test", path=path) + load_tasks(
         "comparison", "train", path=path
     )
@@ -172,7 +165,7 @@ def test_hub_dataset_without_datasets_names_the_extra(monkeypatch: pytest.Monkey
 
 
 def test_registry_loads_the_source(subset_tasks: dict) -> None:
-    tasks = load_registered("hotpotqa", "bridge", "test", path=str(_need(SUBSET)))
+    tasks = load_registered("hotpotqa", "bridge", "test", path=str(SUBSET))
     assert tasks == subset_tasks[("bridge", "test")]
 
 
@@ -180,7 +173,7 @@ def test_registry_loads_the_source(subset_tasks: dict) -> None:
 
 
 def test_splits_are_disjoint_complete_and_deterministic(subset_tasks: dict) -> None:
-    path = _need(SUBSET)
+    path = SUBSET
     for category in ("bridge", "comparison"):
         train = {t.task_id for t in subset_tasks[(category, "train")]}
         test = {t.task_id for t in subset_tasks[(category, "test")]}
@@ -194,14 +187,14 @@ def test_split_is_stable_when_the_file_grows(subset_records: list, tmp_path: Pat
     small = tmp_path / "small.json"
     small.write_text(json.dumps(subset_records[:150]), encoding="utf-8")
     for split in ("train", "test"):
-        grown = {t.task_id for t in load_tasks("bridge", split, path=_need(SUBSET))}
+        grown = {t.task_id for t in load_tasks("bridge", split, path=SUBSET)}
         first = {t.task_id for t in load_tasks("bridge", split, path=small)}
         small_ids = {r["_id"] for r in subset_records[:150]}
         assert first == grown & small_ids
 
 
 def test_test_fraction_extremes_and_limit() -> None:
-    path = _need(SUBSET)
+    path = SUBSET
     assert load_tasks("comparison", "test", path=path, test_fraction=0.0) == []
     assert len(load_tasks("comparison", "train", path=path, test_fraction=0.0)) == 85
     assert len(load_tasks("comparison", "test", path=path, test_fraction=1.0)) == 85
@@ -228,7 +221,7 @@ def test_is_test_id_is_a_hash_threshold() -> None:
     ],
 )
 def test_bad_options(kwargs: dict, match: str) -> None:
-    args = {"category": "bridge", "split": "test", "path": _need(SAMPLE)} | kwargs
+    args = {"category": "bridge", "split": "test", "path": SAMPLE} | kwargs
     with pytest.raises(ValueError, match=match):
         load_tasks(**args)
 
@@ -434,7 +427,7 @@ def test_duplicate_ids_are_rejected(tmp_path: Path) -> None:
 
 
 def test_math500_loads_every_problem_once() -> None:
-    path = _need(MATH500)
+    path = MATH500
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     train, test = (load_math500("math", split, path=path) for split in ("train", "test"))
     assert len(train) + len(test) == 500
@@ -458,7 +451,7 @@ def test_math500_loads_every_problem_once() -> None:
 
 
 def test_gsm8k_answers_are_the_final_numbers() -> None:
-    path = _need(GSM8K)
+    path = GSM8K
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     train, test = (load_gsm8k("math", split, path=path) for split in ("train", "test"))
     assert len(train) + len(test) == 50

@@ -1,0 +1,267 @@
+"""Power analysis for a paired comparison: how many problems a study needs to see a change.
+
+A comparison of a trained policy against its base (``passkt compare``) decides a cell with the
+paired-gap test of :mod:`passkt.eval.intervals`. Whether that test can detect a change of a given
+size depends on the problems (how many, and how hard), on the samples per problem and on k.
+This module answers by simulation from a base evaluation's own per-problem success rates, with
+the very test ``compare`` uses:
+
+1. The base's per-problem rates are its observed rates, smoothed to ``(c + 1/2) / (n + 1)`` so
+   that a problem never solved in n samples is rare rather than impossible (a boundary can then
+   widen in the simulation, as it could in a real study).
+2. The alternative moves every problem's rate by one shift on the logit scale, chosen so that
+   the population pass@(k, T) moves by exactly ``delta`` (:func:`shifted_rates`).
+3. A simulated study draws P problems from the base's problems (with replacement: the problems
+   are a sample of a population), n outcomes per problem from each policy's rate, and runs the
+   paired test at ``1 - level`` confidence (:func:`passkt.eval.intervals.paired_gap_intervals`).
+   The power is the share of simulated studies whose test is significant in the direction of
+   ``delta``.
+
+:func:`required_problems` finds the smallest P with at least the wanted power;
+:func:`smallest_change` the smallest ``delta`` a given P detects. Both are deterministic for a
+seed (the simulated studies use common random numbers across the P or delta they try).
+Assumptions: problems of the study are independent draws like the base's; a single pre-declared
+test at the nominal level (no multiple-comparison correction); the two evaluations are independent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from passkt.eval.intervals import paired_gap_intervals
+
+__all__ = [
+    "PowerAnswer",
+    "power_at",
+    "required_problems",
+    "shifted_rates",
+    "smallest_change",
+    "smoothed_rates",
+    "true_pass_at_k",
+]
+
+DEFAULT_SIMS = 2000
+"""Simulated studies per power estimate: the estimate's standard error is at most 0.011."""
+MAX_PROBLEMS = 100_000
+
+
+def smoothed_rates(counts: np.ndarray, n: int) -> np.ndarray:
+    """Per-problem success rates ``(c + 1/2) / (n + 1)`` from correct counts of n samples."""
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.ndim != 1 or counts.size == 0:
+        raise ValueError(f"counts must be a non-empty 1-D array, got shape {counts.shape}")
+    if n < 1 or (counts < 0).any() or (counts > n).any():
+        raise ValueError(f"counts must lie in 0..n = {n}")
+    return (counts + 0.5) / (n + 1)
+
+
+def true_pass_at_k(rates: np.ndarray, k: int) -> float:
+    """Population pass@k of problems with these success rates: ``mean(1 - (1 - p)^k)``."""
+    return float(np.mean(1.0 - (1.0 - np.asarray(rates)) ** k))
+
+
+def _shift(rates: np.ndarray, s: float) -> np.ndarray:
+    logit = np.log(rates) - np.log1p(-rates)
+    return 1.0 / (1.0 + np.exp(-(logit + s)))
+
+
+def shifted_rates(rates: np.ndarray, k: int, delta: float) -> np.ndarray:
+    """The rates after one logit shift that moves the population pass@k by ``delta``.
+
+    Raises:
+        ValueError: If no shift reaches ``pass@k + delta`` (outside (0, 1)).
+    """
+    rates = np.asarray(rates, dtype=np.float64)
+    base = true_pass_at_k(rates, k)
+    target = base + delta
+    if not 0.0 < target < 1.0:
+        raise ValueError(
+            f"pass@{k} cannot move by {delta:+g} from {base:.3f}: it would leave (0, 1)"
+        )
+    lo, hi = (-60.0, 0.0) if delta < 0 else (0.0, 60.0)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if true_pass_at_k(_shift(rates, mid), k) < target:  # increasing in the shift
+            lo = mid
+        else:
+            hi = mid
+    return _shift(rates, (lo + hi) / 2)
+
+
+def power_at(
+    base: np.ndarray,
+    trained: np.ndarray,
+    *,
+    problems: int,
+    n: int,
+    k: int,
+    level: float = 0.05,
+    sims: int = DEFAULT_SIMS,
+    seed: int = 0,
+) -> float:
+    """Share of ``sims`` simulated studies of ``problems`` problems whose paired test of the
+    pass@k gap is significant at ``level`` in the direction of ``mean(trained) - mean(base)``.
+
+    Args:
+        base: Per-problem success rates of the base, ``(Q,)``; studies draw problems from them.
+        trained: The trained policy's rates of the same problems, ``(Q,)``.
+        problems: Problems per simulated study (P).
+        n: Samples per problem and policy.
+        k: The k of pass@k (``k = n``: the boundary).
+        level: Significance level of the two-sided test (confidence ``1 - level``).
+        sims: Simulated studies.
+        seed: Seed of the simulation.
+    """
+    if problems < 2:
+        raise ValueError(f"problems must be >= 2, got {problems}")
+    if not 1 <= k <= n:
+        raise ValueError(f"k must lie in 1..n = {n}, got {k}")
+    rng = np.random.default_rng(seed)
+    base, trained = np.asarray(base), np.asarray(trained)
+    direction = np.sign(true_pass_at_k(trained, k) - true_pass_at_k(base, k)) or 1.0
+    hits = 0
+    for start in range(0, sims, 500):  # bounded memory: (P, 500) counts at a time
+        size = min(500, sims - start)
+        drawn = rng.integers(base.size, size=(problems, size))
+        counts_a = rng.binomial(n, base[drawn])
+        counts_b = rng.binomial(n, trained[drawn])
+        gaps = paired_gap_intervals(counts_a, n, counts_b, n, [k], 1.0 - level)
+        significant = (gaps.gap_p[0] < level) & (np.sign(gaps.gap[0]) == direction)
+        hits += int(significant.sum())
+    return hits / sims
+
+
+@dataclass(frozen=True)
+class PowerAnswer:
+    """What a power analysis found, with the (P or delta, power) points it tried."""
+
+    k: int
+    n: int
+    level: float
+    power: float
+    """The wanted power."""
+    base_pass_at_k: float
+    """The base's population pass@k under the smoothed rates."""
+    problems: int
+    delta: float
+    achieved: float
+    """The simulated power at ``problems`` and ``delta``."""
+    searched: str = "problems"
+    """What the search varied: ``"problems"`` (:func:`required_problems`) or ``"delta"``."""
+    tried: tuple[tuple[float, float], ...] = field(default=())
+    """``(problems or delta, power)`` of every point the search simulated, in order."""
+
+
+def required_problems(
+    base: np.ndarray,
+    *,
+    delta: float,
+    n: int,
+    k: int,
+    level: float = 0.05,
+    power: float = 0.8,
+    sims: int = DEFAULT_SIMS,
+    seed: int = 0,
+    start: int = 25,
+) -> PowerAnswer:
+    """The smallest number of problems whose paired test detects a pass@k change of ``delta``
+    with at least ``power`` (doubling from ``start``, then bisection).
+
+    Raises:
+        ValueError: If even ``MAX_PROBLEMS`` problems fall short.
+    """
+    _check_power(power, level)
+    trained = shifted_rates(base, k, delta)
+    tried: list[tuple[float, float]] = []
+
+    def measure(problems: int) -> float:
+        got = power_at(
+            base, trained, problems=problems, n=n, k=k, level=level, sims=sims, seed=seed
+        )
+        tried.append((problems, got))
+        return got
+
+    low, high = 1, max(2, start)
+    while measure(high) < power:
+        low, high = high, high * 2
+        if high > MAX_PROBLEMS:
+            raise ValueError(
+                f"a pass@{k} change of {delta:+g} needs more than {MAX_PROBLEMS} problems "
+                f"for power {power} at level {level}"
+            )
+    while high - low > max(1, high // 100):  # to 1% of P
+        mid = (low + high) // 2
+        if measure(max(mid, 2)) >= power:
+            high = mid
+        else:
+            low = mid
+    achieved = next(p for size, p in reversed(tried) if size == high)
+    return PowerAnswer(
+        k, n, level, power, true_pass_at_k(base, k), high, delta, achieved, "problems", tuple(tried)
+    )
+
+
+def smallest_change(
+    base: np.ndarray,
+    *,
+    problems: int,
+    n: int,
+    k: int,
+    level: float = 0.05,
+    power: float = 0.8,
+    sims: int = DEFAULT_SIMS,
+    seed: int = 0,
+    direction: float = 1.0,
+) -> PowerAnswer:
+    """The smallest pass@k change (in ``direction``: +1 a gain, -1 a loss) that a study of
+    ``problems`` problems detects with at least ``power``, to 0.001.
+
+    Raises:
+        ValueError: If no change within the room pass@k has left reaches that power.
+    """
+    _check_power(power, level)
+    base_value = true_pass_at_k(base, k)
+    room = (1.0 - base_value) if direction > 0 else base_value
+    tried: list[tuple[float, float]] = []
+
+    def measure(size: float) -> float:
+        trained = shifted_rates(base, k, direction * size)
+        got = power_at(
+            base, trained, problems=problems, n=n, k=k, level=level, sims=sims, seed=seed
+        )
+        tried.append((direction * size, got))
+        return got
+
+    low, high = 0.0, room * 0.999
+    if measure(high) < power:
+        raise ValueError(
+            f"{problems} problems cannot detect any pass@{k} change up to {direction * high:+.3f} "
+            f"with power {power}"
+        )
+    while high - low > 0.001:
+        mid = (low + high) / 2
+        if measure(mid) >= power:
+            high = mid
+        else:
+            low = mid
+    achieved = next(p for size, p in reversed(tried) if size == direction * high)
+    return PowerAnswer(
+        k, n, level, power, base_value, problems, direction * high, achieved, "delta", tuple(tried)
+    )
+
+
+def _check_power(power: float, level: float) -> None:
+    if not 0 < power < 1:
+        raise ValueError(f"power must lie in (0, 1), got {power}")
+    if not 0 < level < 0.5:
+        raise ValueError(f"level must lie in (0, 0.5), e.g. 0.05; got {level}")
+
+
+def counts_at(correct: np.ndarray, budgets: Sequence[int], t: int) -> np.ndarray:
+    """Correct counts per problem at budget ``t`` from a run's ``(P, n, T)`` outcome array."""
+    if t not in budgets:
+        raise ValueError(f"T = {t} was not evaluated; the run has T in {list(budgets)}")
+    return np.asarray(correct)[:, :, list(budgets).index(t)].sum(axis=1)

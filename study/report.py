@@ -1,0 +1,585 @@
+"""The ``report`` stage: one Markdown file with the tables and figures of the whole study.
+
+``OUT/report/report.md`` (figures copied to ``OUT/report/figures/``, linked relatively): an
+overview, the seed-aggregate tables (mean, standard deviation and range over training seeds), a
+section per category with each seed's surfaces, gaps, boundary sets, diversity and perplexity, the
+cost of every stage (``timings.jsonl``) and the profile. Everything in it was computed by the
+``compare`` and ``analyze`` stages with ``passkt.eval``; this module only lays it out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from passkt.study.stages import ROLES, Study, floor_names, read_done, run_name
+
+
+def make_report(study: Study) -> dict[str, Any]:
+    out = study.report_dir
+    if (out / "figures").exists():
+        shutil.rmtree(out / "figures")
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = {(c, s): _json(study.compare_dir(c, s) / "metrics.json") for c, s in _units(study)}
+    analyses = {(c, s): _json(study.analysis_dir(c, s) / "analysis.json") for c, s in _units(study)}
+    parts = [_overview(study), _targets(study), _lr_trials(study)]
+    parts += ["## Seed aggregate\n", _aggregate_intro(study)]
+    for cat in study.categories:
+        rows = [(metrics[cat, s], analyses[cat, s]) for s in study.seeds]
+        parts.append(_aggregate(study, cat, rows))
+    for cat in study.categories:
+        parts.append(_category(study, cat, metrics, analyses))
+    parts += [_cost(study), _profile(study)]
+    report = out / "report.md"
+    report.write_text("\n".join(parts), encoding="utf-8")
+    for png in (out / "figures").rglob("*.png"):
+        compact_png(png)
+    figures = sorted(str(p.relative_to(out)) for p in (out / "figures").rglob("*.png"))
+    floor = {c: floor_names(study, c) for c in study.categories}
+    return {"report": str(report), "figures": figures, "categories": study.categories,
+            "seeds": study.seeds, "floor": floor}  # fmt: skip
+
+
+def _units(study: Study) -> list[tuple[str, int]]:
+    return [(c, s) for c in study.categories for s in study.seeds]
+
+
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of already formatted cells (the study report's and the sweep's)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _spread(values: list[float | None], digits: int = 3, signs: bool = False) -> str:
+    """``mean ± sd [min, max]`` over seeds (the value itself for one seed).
+
+    ``digits=0`` marks counts: a single value is printed as an integer, a mean with one digit.
+    """
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        text = _num(values[0], digits)
+    elif digits == 0:
+        mean, sd = statistics.fmean(values), statistics.stdev(values)
+        text = f"{mean:.1f} ± {sd:.1f} [{min(values):g}, {max(values):g}]"
+    else:
+        mean, sd = statistics.fmean(values), statistics.stdev(values)
+        text = f"{mean:.{digits}f} ± {sd:.{digits}f} [{min(values):.{digits}f}, "
+        text += f"{max(values):.{digits}f}]"
+    if signs:
+        text += f" ({sum(v > 0 for v in values)}/{len(values)} > 0)"
+    return text
+
+
+# ---------------------------------------------------------------------- overview
+
+
+def _k_grid(ks: tuple[int, ...]) -> str:
+    """``1..64`` for every k up to n, else the list."""
+    every = len(ks) > 2 and list(ks) == list(range(1, ks[-1] + 1))
+    return f"1..{ks[-1]}" if every else str(list(ks))
+
+
+def _kept_checkpoint(model: Path) -> tuple[int, dict[str, Any]] | None:
+    """``(step, pretraining config)`` of a model folder that is a kept pretraining checkpoint
+    (calibration_curve.py's snapshots: ``state.json`` and ``pretrain_config.json``), else None."""
+    try:
+        step = json.loads((model / "state.json").read_text(encoding="utf-8"))["step"]
+        config = json.loads((model / "pretrain_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError):
+        return None
+    return step, config
+
+
+def base_pretrain_seed(base: dict[str, Any]) -> int | str:
+    """The base's pretraining seed: its recipe's, a kept checkpoint's, or '-' for a named model."""
+    if "pretrain" in base:
+        return base["pretrain"].get("seed", 0)
+    kept = _kept_checkpoint(Path(base["model"]))
+    return "-" if kept is None else kept[1].get("seed", 0)
+
+
+def checkpoint_of(model: Path) -> str:
+    """`` (the checkpoint at step S of a testbed `size` pretraining of N steps, pretraining seed
+    X)`` for a kept pretraining checkpoint, else ''."""
+    kept = _kept_checkpoint(model)
+    if kept is None:
+        return ""
+    step, config = kept
+    return (
+        f" (the checkpoint at step {step} of a testbed `{config.get('size')}` pretraining of "
+        f"{config.get('max_steps')} steps, pretraining seed {config.get('seed')})"
+    )
+
+
+def _overview(study: Study) -> str:
+    p = study.profile
+    ev = p["eval"]
+    base = read_done(study.base_dir, "base")
+    if "pretrain" in p["base"]:
+        pre = p["base"]["pretrain"]
+        loss = base.get("metrics", {}).get("eval/loss/assistant")
+        what = f"testbed `{pre.get('size', 'nano')}` model pretrained for {base.get('steps')} steps"
+        what += f" (held-out NLL of the agent's tokens {_num(loss)})" if loss is not None else ""
+    else:
+        what = f"`{p['base']['model']}`" + checkpoint_of(Path(p["base"]["model"]))
+    lines = [
+        f"# Matched-data study: {p['name']}\n",
+        p["description"].strip() + "\n" if p["description"].strip() else "",
+        f"- Base policy: {what}; SFT (expert trajectories) and GRPO trained from it per category "
+        f"and seed on the same {p['limit_train']} training problems"
+        + (
+            "; RFT (the on-policy control): SFT on the base's own rewarded samples of them."
+            if "rft" in p["methods"]
+            else "."
+        ),
+        f"- Evaluation: {p['limit_eval']} problems per category, n = {ev['n']} samples per "
+        + (f"(n per category: {ev['n_per_category']}) " if ev["n_per_category"] else "")
+        + f"(problem, T), T in {ev['budgets']} (math: T = 0 only), k in {_k_grid(study.ks())}, "
+        f"temperature {ev['temperature']}, backend `{ev['backend']}`.",
+        f"- Categories: {', '.join(f'{c} ({study.env(c)[0]})' for c in study.categories)}; "
+        f"training seeds: {', '.join(map(str, study.seeds))}.",
+        "- Boundary set: problems solved at least once among the n samples (pass@n > 0) at "
+        "T_max, the largest T of the category.\n",
+    ]
+    return "\n".join(line for line in lines if line)
+
+
+def _targets(study: Study) -> str:
+    """Every evaluation of the base (and of the recipe's other pretraining seeds) against the
+    regime the profile aims at (``[targets.CAT]``, stated before training): pass@1 and
+    pass@(n, T_max) with their CIs (both variance sources), one row per evaluation."""
+    from passkt.eval.estimator import surface
+    from passkt.eval.stats import surface_interval
+    from passkt.eval.store import load_run
+
+    targets, level = study.profile["targets"], study.profile["stats"]["level"]
+    own_seed = base_pretrain_seed(study.profile["base"])
+    rows = []
+    for cat in study.categories:
+        t_max, n = max(study.budgets(cat)), study.n(cat)
+        goal = targets.get(cat, {})
+        runs = [(p, f) for p in (None, *study.floor_pretrain_seeds())
+                for f in study.base_eval_dirs(cat, p)]  # fmt: skip
+        for pretrain, folder in runs:
+            manifest, table = load_run(folder)
+            table = table.select_budgets([t_max])
+            ci = surface_interval(surface(table, sorted({1, n})), table.counts(), level)
+            cells = []
+            for i, key in enumerate(("pass1", "pass_n")):
+                value, low, high = ci.estimate[i, 0], ci.lower[i, 0], ci.upper[i, 0]
+                lo, hi = goal.get(key, (None, None))
+                inside = "" if lo is None else (" (in)" if lo <= value <= hi else " (OUT)")
+                cells.append(f"{value:.3f} [{low:.2f}, {high:.2f}]{inside}")
+            wanted = [
+                f"{goal[k][0]}-{goal[k][1]}" if k in goal else "-" for k in ("pass1", "pass_n")
+            ]
+            rows.append(
+                [cat, str(own_seed if pretrain is None else pretrain), str(manifest.get("seed")),
+                 f"{n}, {t_max}",
+                 *cells, *wanted]
+            )  # fmt: skip
+    header = ["category", "pretraining seed", "eval seed", "n, T_max", "pass@1"]
+    header += ["pass@(n, T_max)", "target pass@1", "target pass@(n, T_max)"]
+    others = study.floor_pretrain_seeds()
+    intro = (
+        "## Base against the target regime\n\nThe base's own metrics, per evaluation seed, against "
+        "the ranges the profile states (`[targets]`, chosen before any training from the study's "
+        "base figures); the base is calibrated on these alone, never on RL or SFT outcomes. "
+        f"Brackets: {level:.0%} CIs over problems and samples.\n\n"
+    )
+    if others:
+        intro += (
+            f"Rows of pretraining seed {', '.join(map(str, others))}: the same base recipe "
+            f"pretrained with another seed (`eval.floor_pretrain_seeds`); RL, SFT and RFT are "
+            f"trained from the pretraining seed {own_seed} base only, the others' evaluations "
+            "join the noise floor.\n\n"
+        )
+    return intro + markdown_table(header, rows)
+
+
+def _lr_trials(study: Study) -> str:
+    trials = study.profile["lr_trials"]
+    if not trials:
+        return "## Learning-rate trials\n\nNone recorded in the profile (`lr_trials`).\n"
+    lines = "\n".join(f"- {trial}" for trial in trials)
+    return (
+        "## Learning-rate trials\n\nWhat was tried before the run, on which training signal "
+        f"(never on the evaluation), as the profile records it (`lr_trials`):\n\n{lines}\n"
+    )
+
+
+# ---------------------------------------------------------------------- seed aggregate
+
+
+def _aggregate_intro(study: Study) -> str:
+    repeats = int(study.profile["eval"]["base_repeats"])
+    first = study.profile["eval"]["seed"]
+    others = study.floor_pretrain_seeds()
+    peers = (
+        f"; so is the same base recipe pretrained with seed(s) {', '.join(map(str, others))} "
+        "(the floor then also holds how much equally made bases differ; the 'eval floor' row "
+        "has the base's own evaluations alone)"
+        if others
+        else ""
+    )
+    floor = (
+        f"The base policy is evaluated {repeats} times (evaluation seeds {first}.."
+        f"{first + repeats - 1}){peers}; the differences between those "
+        "evaluations are the noise floor, and a difference to base is counted as a finding only "
+        "when it is significant after Holm's correction and larger than every base-vs-base "
+        "difference (boundary gain: more problems only the trained policy solves than any "
+        "base-vs-base swap count, with a CI of the size difference above 0; a loss mirrored: more "
+        "problems only the base solves, a CI below 0)."
+        if repeats > 1 or others
+        else "The base policy is evaluated once (eval.base_repeats = 1), so there is no noise "
+        "floor and no difference is counted as a finding; set eval.base_repeats = 3 to get one."
+    )
+    return (
+        f"Over the {len(study.seeds)} training seed(s): mean ± sample standard deviation "
+        "[min, max]; differences to base also count the seeds where they are positive. A "
+        "difference exceeds seed-to-seed variation when it keeps its sign on every seed and its "
+        f"mean is large against its spread. {floor}\n"
+    )
+
+
+def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
+    t_max = rows[0][0]["T_max"]
+    n = rows[0][0]["n"]
+
+    def runs(role: str, key: str) -> list[float]:
+        return [m["runs"][role][key] for m, _ in rows]
+
+    def pair(role: str, key: str) -> list[float | None]:
+        return [m["vs_base"][role].get(key) for m, _ in rows]  # None: not in older metrics
+
+    def diversity(role: str) -> list[float | None]:
+        return [a.get("diversity", {}).get(role, {}).get("mean_unique") for _, a in rows]
+
+    def jaccard(role: str) -> list[float | None]:
+        return [a.get("overlap", {}).get(role, {}).get("mean_jaccard") for _, a in rows]
+
+    def diff(role: str, values: Any, digits: int = 3) -> str:
+        base = values("base")
+        trained = values(role)
+        pairs = zip(trained, base, strict=True)
+        gaps = [None if t is None or b is None else t - b for t, b in pairs]
+        return _spread(gaps, digits, signs=True)
+
+    trained = study.trained_roles()  # SFT, RL (and RFT, the on-policy control)
+    roles = ("base", *trained)
+    blank = [""] * len(trained)
+    header = ["metric", *roles, *(f"{r} − base" for r in trained)]
+    table = []
+    for label, key, digits in (
+        ("pass@1", "pass@1", 3),
+        (f"pass@({n}, {t_max})", "pass@n", 3),
+        ("boundary size", "boundary", 0),
+    ):
+        table.append(
+            [label, *(_spread(runs(r, key), digits) for r in roles)]
+            + [diff(r, lambda role, key=key: runs(role, key), digits) for r in trained]
+        )
+    venn = [m["venn"] for m, _ in rows]
+    table.append(
+        ["only this run solves (3-way)"]
+        + [_spread([v.get(f"{r} only") for v in venn], 0) for r in roles]
+        + blank
+    )
+    table.append(
+        ["solves, base does not (pairwise)", "-"]
+        + [_spread(pair(r, "only_trained"), 0) for r in trained]
+        + blank
+    )
+    table.append(
+        ["base solves, it does not (pairwise)", "-"]
+        + [_spread(pair(r, "only_base"), 0) for r in trained]
+        + blank
+    )
+
+    def per_seed(role: str, text: Any) -> str:
+        """``text`` of each seed's comparison with base, joined ("-" where older metrics lack
+        a key)."""
+        try:
+            return "; ".join(text(m["vs_base"][role]) for m, _ in rows)
+        except KeyError:
+            return "-"
+
+    def ci(v: dict) -> str:
+        return "[{:+.1f}, {:+.1f}]".format(*v["boundary_difference_ci"])
+
+    def widening(v: dict) -> str:
+        return "{:+.3f} [{:+.2f}, {:+.2f}]".format(v["widening"], *v["widening_ci"])
+
+    for label, text in (
+        ("boundary difference, CI per seed", ci),
+        (f"gap@{n} − gap@1 (widening), per seed with CI", widening),
+    ):
+        table.append([label, "-", *(per_seed(r, text) for r in trained), *blank])
+    floors = [m.get("noise_floor") for m, _ in rows]
+    if all(floors):
+        for key, label in (
+            ("noise_floor", "noise floor (max over base-vs-base pairs)"),
+            ("eval_floor", "eval floor (the base's own evaluations)"),
+        ):
+            values = [m.get(key) for m, _ in rows]
+            if not all(values):
+                continue  # eval_floor: only when other pretraining seeds are in the floor
+            text = (
+                f"|gap@1| {_spread([f['max_abs_gap@1'] for f in values])}, "
+                f"|gap@n| {_spread([f['max_abs_gap@n'] for f in values])}, "
+                f"swaps {_spread([f['max_swap'] for f in values], 0)}"
+            )
+            if all("max_abs_widening" in f for f in values):
+                text += f", |widening| {_spread([f['max_abs_widening'] for f in values])}"
+            table.append([label, *["-"] * len(roles), *[text] * len(trained)])
+        for key, label in (
+            ("gap@1", "pass@1 difference is a finding"),
+            ("gap@n", "pass@n difference is a finding"),
+            ("boundary", "boundary gain is a finding"),
+            ("boundary_loss", "boundary loss is a finding"),
+        ):
+            counts = []
+            for r in trained:
+                hits = pair(r, f"finding_{key}")
+                known = None not in hits
+                counts.append(f"{sum(map(bool, hits))}/{len(hits)} seeds" if known else "-")
+            table.append([label, *["-"] * len(roles), *counts])
+    crossings = []
+    for r in trained:
+        ks = pair(r, "crossover_k")
+        found = [k for k in ks if k is not None]
+        crossings.append(f"{_spread(found, 1)} ({len(found)}/{len(ks)} seeds cross)")
+    table.append([f"crossover k vs base (T = {t_max})", "-", *crossings, *blank])
+    if any(diversity("base")):
+        table.append(
+            ["unique query sequences", *(_spread(diversity(r), 2) for r in roles)]
+            + [diff(r, diversity, 2) for r in trained]
+        )
+        table.append(["Jaccard with base", "-", *(_spread(jaccard(r)) for r in trained), *blank])
+    text = f"### {cat}: {study.env(cat)[0]} (T_max = {t_max}, n = {n})\n\n" + markdown_table(
+        header, table
+    )
+    return text + _perplexity_aggregate(study, rows)
+
+
+def _perplexity_aggregate(study: Study, rows: list[tuple[dict, dict]]) -> str:
+    roles = study.profile["analyze"]["perplexity_of"]
+    segments = ("query", "reasoning", "answer", "all")
+    table = []
+    for segment in segments:
+        cells = []
+        for role in roles:
+            values = []
+            for _, a in rows:
+                entry = a["perplexity"].get(role, {})
+                values.append(entry.get("segments", {}).get(segment, {}).get("perplexity"))
+            cells.append(_spread(values, 2))
+        table.append([segment, *cells])
+    if all(c == "-" for row in table for c in row[1:]):
+        return "\nSegment perplexity: no successful trajectories to score.\n"
+    header = ["segment", *(f"{role}'s successes" for role in roles)]
+    return "\nPerplexity of successful trajectories under the base model\n\n" + markdown_table(
+        header, table
+    )
+
+
+# ---------------------------------------------------------------------- per category
+
+
+def _category(study: Study, cat: str, metrics: dict, analyses: dict) -> str:
+    env_id, kwargs = study.env(cat)
+    splits = read_done(study.splits_dir(cat), "splits")
+    lines = [
+        f"## Category {cat}: {env_id}\n",
+        f"env kwargs {kwargs or '{}'}; {splits['eval']} eval and {splits['train']} training "
+        f"problems (`splits/{cat}/`); T grid {study.budgets(cat)}.\n",
+        _training_table(study, cat),
+        _seed_figure(study, cat),
+    ]
+    for seed in study.seeds:
+        lines.append(_seed_section(study, cat, seed, metrics[cat, seed], analyses[cat, seed]))
+    return "\n".join(lines)
+
+
+def _training_table(study: Study, cat: str) -> str:
+    rows = []
+    for method in study.methods():
+        for seed in study.seeds:
+            done = read_done(study.train_dir(method, cat, seed), "train")
+            last = done.get("last_metrics", {})
+            keys = ("reward/mean", "loss/nll", "eval/pass@1")
+            shown = ", ".join(f"{k} {last[k]:.3g}" for k in keys if k in last)
+            rows.append([run_name(ROLES[method], seed), str(done.get("steps")), shown or "-"])
+    return "Training runs\n\n" + markdown_table(["run", "steps", "last step"], rows)
+
+
+def _seed_figure(study: Study, cat: str) -> str:
+    """Pass curves at T_max of base and every seed's SFT and RL, with CI bands."""
+    from passkt.eval.estimator import surface
+    from passkt.eval.plots import plot_pass_curves
+    from passkt.eval.stats import bootstrap_surface
+    from passkt.eval.store import load_run
+
+    t_max = max(study.budgets(cat))
+    folders = [study.eval_dir(cat, "base")]
+    trained = [r.lower() for r in study.trained_roles()]
+    folders += [study.eval_dir(cat, r, s) for r in ("rl", "sft", "rft") if r in trained
+                for s in study.seeds]  # fmt: skip
+    curves, colors = {}, {}
+    shades = {"RL": ("#e6550d", "#fd8d3c", "#a63603"), "SFT": ("#3182bd", "#6baed6", "#08519c"),
+              "RFT": ("#31a354", "#74c476", "#006d2c")}  # fmt: skip
+    for folder in folders:
+        _, table = load_run(folder)
+        surf = surface(table.select_budgets([t_max]), study.ks(cat))
+        ci = bootstrap_surface(surf, n_boot=study.profile["stats"]["n_boot"])
+        curves[table.name] = (surf, ci)
+        role, _, seed = table.name.partition(" s")
+        colors[table.name] = (
+            shades[role][int(seed) % 3] if role in shades and seed.isdigit() else "black"
+        )
+    target = study.report_dir / "figures" / cat / "seeds"
+    plot_pass_curves(
+        curves,
+        target,
+        title=f"pass@k at T = {t_max}: base, SFT (blues), RL (oranges), RFT (greens)",
+        colors=colors,
+    )
+    link = Path("figures", cat, "seeds.png").as_posix()
+    return f"\n![pass@k at T = {t_max}, every seed]({link})\n"
+
+
+def _seed_section(study: Study, cat: str, seed: int, metrics: dict, analysis: dict) -> str:
+    folder = study.compare_dir(cat, seed)
+    figures = study.report_dir / "figures" / cat / f"seed{seed}"
+    links = {}
+    roles = ("base", *study.trained_roles())
+    report = study.report_dir
+    for png in sorted(folder.glob("*.png")):
+        links[png.stem] = _copy_figure(png, figures / png.name, report)
+    for role in roles:
+        heatmap = folder / f"surface_{role}" / "heatmap.png"
+        links[f"heatmap_{role}"] = _copy_figure(heatmap, figures / f"heatmap_{role}.png", report)
+    text = [f"### {cat}, seed {seed}\n"]
+    text.append(" ".join(f"![{role} surface]({links[f'heatmap_{role}']})" for role in roles))
+    text.append("\n" + " ".join(f"![{stem}]({link})" for stem, link in links.items()
+                                if not stem.startswith("heatmap")) + "\n")  # fmt: skip
+    for role in roles:
+        text.append((folder / f"surface_{role}" / "surface.md").read_text(encoding="utf-8"))
+    text.append((folder / "report.md").read_text(encoding="utf-8"))
+    analysis_dir = study.analysis_dir(cat, seed)
+    for name in ("diversity.md", "perplexity.md"):
+        if (analysis_dir / name).is_file():
+            text.append((analysis_dir / name).read_text(encoding="utf-8"))
+    return "\n".join(text) + "\n"
+
+
+REPORT_WIDTH = 1400
+"""Widest figure in ``report/figures`` (pixels): the full-size ones stay in ``compare/``."""
+
+
+def compact_png(path: Path, width: int = REPORT_WIDTH) -> None:
+    """Shrink a figure in place to at most ``width`` pixels wide, with a 256-colour palette,
+    so a report folder (75 figures for three categories and seeds) stays small enough to commit.
+    """
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.load()
+    if image.width > width:
+        height = max(1, round(image.height * width / image.width))
+        image = image.resize((width, height), Image.Resampling.LANCZOS)
+    image = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    image.save(path, optimize=True)
+
+
+def _copy_figure(source: Path, target: Path, report_dir: Path) -> str:
+    """Copy a figure into ``report/figures``; return its link relative to ``report.md``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    return target.relative_to(report_dir).as_posix()
+
+
+# ---------------------------------------------------------------------- cost and profile
+
+
+def read_timings(out: Path) -> list[dict[str, Any]]:
+    path = out / "timings.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _cost(study: Study) -> str:
+    lines = read_timings(study.out)
+    units: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    stages: dict[str, float] = defaultdict(float)
+    for line in lines:
+        if line["status"] == "stage":
+            stages[line["stage"]] += line["seconds"]
+        else:
+            units[line["stage"], line["unit"]].append(line)
+    by_stage: dict[str, list] = defaultdict(list)
+    for (stage, unit), attempts in units.items():
+        by_stage[stage].append((unit, attempts))
+    rows = []
+    for stage in sorted(by_stage, key=stage_order):
+        unit_seconds = sum(a["seconds"] for _, attempts in by_stage[stage] for a in attempts)
+        wall = stages.get(stage)
+        rows.append(
+            [stage, str(len(by_stage[stage])), f"{unit_seconds:.1f}",
+             "-" if wall is None else f"{wall:.1f}"]
+        )  # fmt: skip
+    total = sum(stages.values())
+    rows.append(["**total**", "", "", f"{total:.1f} ({total / 60:.1f} min)"])
+    detail = []
+    for stage in sorted(by_stage, key=stage_order):
+        for unit, attempts in by_stage[stage]:
+            seconds = sum(a["seconds"] for a in attempts)
+            failed = sum(a["status"] == "failed" for a in attempts)
+            threads = attempts[-1].get("threads")
+            detail.append(
+                [stage, unit, f"{seconds:.1f}", str(len(attempts)), str(failed),
+                 "-" if threads is None else str(threads)]
+            )  # fmt: skip
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (
+        "## Cost\n\nWall time of every unit (all attempts, including interrupted ones) from "
+        f"`timings.jsonl`; this machine has {cores} cores. Stage wall time is the time the stage "
+        "took with its units run in parallel (`--jobs`), summed over calls; this report's own "
+        "time is recorded after it is written.\n\n"
+        + markdown_table(["stage", "units", "unit seconds", "stage wall seconds"], rows)
+        + "\n"
+        + markdown_table(["stage", "unit", "seconds", "attempts", "failed", "threads"], detail)
+    )
+
+
+def stage_order(stage: str) -> int:
+    """A stage's place in the pipeline (unknown stages last): the order of cost tables."""
+    from passkt.study.stages import STAGES
+
+    return STAGES.index(stage) if stage in STAGES else len(STAGES)
+
+
+def _profile(study: Study) -> str:
+    stored = _json(study.out / "profile.json")
+    return (
+        f"## Profile\n\nFrom `{stored['source']}` (stored in `profile.json`):\n\n```json\n"
+        + json.dumps(stored["profile"], indent=2)
+        + "\n```\n"
+    )

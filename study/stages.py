@@ -1,0 +1,415 @@
+"""The stages of the study as units of work: what each makes, where, and what it needs.
+
+Layout of a study folder ``OUT``::
+
+    profile.json  timings.jsonl  logs/<stage>/<unit>.log (--jobs)
+    splits/<cat>/{eval,train}.txt           task ids (matched data: every policy sees these)
+    base/                                   testbed pretraining (model/), or done.json naming it
+    base-p<seed>/                           the base recipe at another pretraining seed (floor)
+    eval/<cat>/base/                        evaluation runs (manifest.json, results.jsonl)
+    eval/<cat>/base-eval<r>/, base-p<seed>[-eval<r>]/   the base evaluations of the noise floor
+    eval/<cat>/{sft,rl,rft}-seed<s>/        (rft: only when the profile's methods list it)
+    train/{sft,grpo,rft}/<cat>/seed<s>/     trainer runs (checkpoint-STEP/, metrics.jsonl)
+    compare/<cat>/seed<s>/                  gap tables and figures, Venn, metrics.json
+    analysis/<cat>/seed<s>/                 diversity, perplexity (analysis.json, *.md)
+    report/report.md                        the report (figures/ next to it)
+
+Every unit folder gets a ``done.json`` when the unit has finished.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from passkt.study.profile import StudyError, trainer_fields
+
+STAGES = (
+    "splits",
+    "base",
+    "eval-base",
+    "train",
+    "eval-trained",
+    "compare",
+    "analyze",
+    "report",
+)
+ROLES = {"sft": "SFT", "grpo": "RL", "rft": "RFT"}
+"""Trainer -> the name its policy goes by in tables (RFT: SFT on the base's own successes)."""
+METHOD_OF = {role: method for method, role in ROLES.items()}
+
+
+@dataclass
+class Study:
+    """A study folder with its profile and the categories / seeds / method selected."""
+
+    out: Path
+    profile: dict[str, Any]
+    categories: list[str]
+    seeds: list[int]
+    method: str | None = None
+    _tools: dict[str, bool] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ paths and names
+    def splits_dir(self, cat: str) -> Path:
+        return self.out / "splits" / cat
+
+    @property
+    def base_dir(self) -> Path:
+        return self.out / "base"
+
+    def eval_dir(self, cat: str, role: str, seed: int | None = None) -> Path:
+        return self.out / "eval" / cat / (role if seed is None else f"{role}-seed{seed}")
+
+    def floor_pretrain_seeds(self) -> list[int]:
+        """Other pretraining seeds of the base recipe, pretrained and evaluated for the floor."""
+        return list(self.profile["eval"]["floor_pretrain_seeds"])
+
+    def floor_base_dir(self, pretrain_seed: int) -> Path:
+        return self.out / f"base-p{pretrain_seed}"
+
+    def base_eval_dirs(self, cat: str, pretrain_seed: int | None = None) -> list[Path]:
+        """The evaluations of the base (or of the base recipe at another pretraining seed): the
+        first and its repeats (``eval.base_repeats``; evaluation seed + r)."""
+        repeats = int(self.profile["eval"]["base_repeats"])
+        stem = "base" if pretrain_seed is None else f"base-p{pretrain_seed}"
+        return [self.out / "eval" / cat / stem] + [
+            self.out / "eval" / cat / f"{stem}-eval{r}" for r in range(1, repeats)
+        ]
+
+    def floor_runs(self, cat: str) -> list[tuple[Path, str]]:
+        """``(folder, name)`` of every base evaluation of the noise floor that trained-vs-base
+        results are read against: the base and its repeats, then each
+        ``eval.floor_pretrain_seeds`` base and its repeats."""
+        return [
+            (folder, base_name(p, r))
+            for p in (None, *self.floor_pretrain_seeds())
+            for r, folder in enumerate(self.base_eval_dirs(cat, p))
+        ]
+
+    def floor_eval_dirs(self, cat: str) -> list[Path]:
+        return [folder for folder, _ in self.floor_runs(cat)]
+
+    def train_dir(self, method: str, cat: str, seed: int) -> Path:
+        return self.out / "train" / method / cat / f"seed{seed}"
+
+    def compare_dir(self, cat: str, seed: int) -> Path:
+        return self.out / "compare" / cat / f"seed{seed}"
+
+    def analysis_dir(self, cat: str, seed: int) -> Path:
+        return self.out / "analysis" / cat / f"seed{seed}"
+
+    @property
+    def report_dir(self) -> Path:
+        return self.out / "report"
+
+    def env(self, cat: str) -> tuple[str, dict[str, Any]]:
+        spec = self.profile["env"][cat]
+        return spec["id"], dict(spec.get("kwargs", {}))
+
+    def has_tools(self, cat: str) -> bool:
+        if cat not in self._tools:
+            self._tools[cat] = bool(read_done(self.splits_dir(cat), "splits")["has_tools"])
+        return self._tools[cat]
+
+    def budgets(self, cat: str) -> list[int]:
+        """The T grid of a category: T = 0 only for an env without tools (math)."""
+        return sorted(set(self.profile["eval"]["budgets"])) if self.has_tools(cat) else [0]
+
+    def n(self, cat: str | None = None) -> int:
+        """Samples per (problem, T) of a category: ``eval.n_per_category`` or ``eval.n``.
+
+        More samples where the base rarely succeeds (the regime study's rule: n = 128 where base
+        pass@1 < 0.05), so a boundary problem is not one lucky draw in 64."""
+        ev = self.profile["eval"]
+        return int(ev["n_per_category"].get(cat, ev["n"])) if cat else int(ev["n"])
+
+    def ks(self, cat: str | None = None) -> tuple[int, ...]:
+        """The k grid (up to the category's n, which is always on it: pass@n is the boundary)."""
+        from passkt.eval.estimator import default_ks
+
+        n = self.n(cat)
+        ks = tuple(k for k in self.profile["eval"]["ks"] if k <= n)
+        if ks and ks[-1] != n:
+            ks += (n,)
+        return ks or default_ks(n)
+
+    def task_ids(self, cat: str, part: str) -> list[str]:
+        path = self.splits_dir(cat) / f"{part}.txt"
+        return [line for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+    def base_model(self, pretrain_seed: int | None = None) -> str:
+        folder = self.base_dir if pretrain_seed is None else self.floor_base_dir(pretrain_seed)
+        return self._model(read_done(folder, "base"))
+
+    def trained_model(self, method: str, cat: str, seed: int) -> str:
+        return self._model(read_done(self.train_dir(method, cat, seed), "train"))
+
+    def _model(self, done: dict[str, Any]) -> str:
+        """A done.json's model: a folder of the study (stored relative to it) or a name."""
+        if done.get("in_study"):
+            return str((self.out / done["model"]).resolve())
+        return str(done["model"])
+
+    def relative(self, path: str | Path) -> str:
+        """``path`` relative to the study folder (done.json stays valid if the folder moves)."""
+        return Path(path).resolve().relative_to(self.out.resolve()).as_posix()
+
+    def methods(self) -> list[str]:
+        """The trained kinds this call runs: ``--method`` or the profile's ``methods``."""
+        return [self.method] if self.method else list(self.profile["methods"])
+
+    def trained_roles(self) -> list[str]:
+        """Table names of every trained kind of the profile: SFT, RL, then RFT if it is run."""
+        return [ROLES[m] for m in ("sft", "grpo", "rft") if m in self.profile["methods"]]
+
+
+def read_done(folder: Path, stage: str) -> dict[str, Any]:
+    path = folder / "done.json"
+    if not path.is_file():
+        raise StudyError(f"{path} is missing: run the {stage!r} stage first")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def run_name(role: str, seed: int | None) -> str:
+    """``base``, ``SFT s0``, ``RL s0``: the names in tables and legends."""
+    return role if seed is None else f"{role} s{seed}"
+
+
+def base_name(pretrain_seed: int | None = None, repeat: int = 0) -> str:
+    """``base``, ``base (eval 1)``, ``base p1``, ``base p1 (eval 1)``: the floor's run names."""
+    name = "base" if pretrain_seed is None else f"base p{pretrain_seed}"
+    return name + (f" (eval {repeat})" if repeat else "")
+
+
+@dataclass(frozen=True, eq=False)
+class Unit:
+    """One piece of a stage: ``work()`` makes it and returns what goes into its done.json."""
+
+    key: str
+    folder: Path
+    work: Callable[[], dict[str, Any]]
+    needs: tuple[tuple[str, Path], ...] = ()
+    """(stage, folder) pairs whose done.json must exist first."""
+
+
+# ---------------------------------------------------------------------- splits
+
+
+def make_splits(study: Study, cat: str) -> dict[str, Any]:
+    """The first ``limit_eval`` test and ``limit_train`` train tasks of the category's env."""
+    from passkt.envs.contract import task_records
+    from passkt.eval.evaluate import env_info
+
+    env_id, kwargs = study.env(cat)
+    parts = {"eval": ("test", study.profile["limit_eval"]), "train": ("train", None)}
+    parts["train"] = ("train", study.profile["limit_train"])
+    chosen, tools = {}, True
+    for part, (split, limit) in parts.items():
+        try:
+            info = env_info(env_id, kwargs, split)
+        except ValueError as e:
+            raise StudyError(f"category {cat} ({env_id}, {kwargs}): {e}") from e
+        tasks = task_records(info.contract, split, limit) if info.contract else list(info.tasks)
+        if len(tasks) < limit:
+            raise StudyError(
+                f"category {cat}: the {split} split of {env_id} ({kwargs}) has {len(tasks)} "
+                f"tasks, fewer than limit_{part} = {limit}; lower it (--limit-{part}) or give a "
+                "larger data file"
+            )
+        chosen[part], tools = tasks[:limit], info.has_tools
+    _check_disjoint(cat, chosen["eval"], chosen["train"])
+    folder = study.splits_dir(cat)
+    folder.mkdir(parents=True, exist_ok=True)
+    for part, tasks in chosen.items():
+        (folder / f"{part}.txt").write_text("".join(t.task_id + "\n" for t in tasks))
+    return {
+        "env_id": env_id,
+        "env_kwargs": kwargs,
+        "has_tools": tools,
+        "eval": len(chosen["eval"]),
+        "train": len(chosen["train"]),
+    }
+
+
+def _check_disjoint(cat: str, eval_tasks: list, train_tasks: list) -> None:
+    """Matched data means disjoint problems: no question may be in both parts.
+
+    Questions, not ids, are compared: the synthetic source numbers each split from 0, so the same
+    id names different problems in the two splits. Tasks without a question (an env's plain ids,
+    or seed tasks) are compared by id.
+    """
+
+    def key(task: Any) -> str:
+        return getattr(task, "question", task.task_id)
+
+    shared = {key(t) for t in eval_tasks} & {key(t) for t in train_tasks}
+    if shared:
+        raise StudyError(
+            f"category {cat}: {len(shared)} question(s) are in both the eval and the train split, "
+            f"e.g. {sorted(shared)[0]!r}; the env's splits overlap"
+        )
+
+
+# ---------------------------------------------------------------------- base
+
+
+def make_base(study: Study, pretrain_seed: int | None = None) -> dict[str, Any]:
+    """Pretrain the testbed base (resuming), or name the profile's model.
+
+    ``pretrain_seed``: the same recipe at another seed, in ``base-p<seed>/`` (noise floor only);
+    for a base given as a model, the model ``base.floor_models`` names for that seed.
+    """
+    base = study.profile["base"]
+    if "model" in base:
+        if pretrain_seed is None:
+            return {"model": base["model"]}
+        return {"model": base["floor_models"][str(pretrain_seed)]}
+    from passkt.study.testbed.pretrain import PretrainConfig, pretrain
+
+    fields = {**base["pretrain"], "output_dir": str(study.base_dir)}
+    if pretrain_seed is not None:
+        fields.update(seed=pretrain_seed, output_dir=str(study.floor_base_dir(pretrain_seed)))
+    config = PretrainConfig.from_dict(fields)
+    result = pretrain(config, resume=True)
+    return {
+        "model": study.relative(result.model_dir),
+        "in_study": True,
+        "steps": result.steps,
+        "metrics": result.last_metrics,
+    }
+
+
+# ---------------------------------------------------------------------- evaluation
+
+
+def make_eval(
+    study: Study,
+    cat: str,
+    role: str,
+    seed: int | None,
+    repeat: int = 0,
+    pretrain_seed: int | None = None,
+) -> dict[str, Any]:
+    """Evaluate the base or a trained policy on the category's eval split (resuming).
+
+    ``repeat`` r > 0 evaluates the base again with evaluation seed ``eval.seed + r``;
+    ``pretrain_seed`` evaluates the base recipe pretrained with that seed instead (the floor).
+    """
+    from passkt.agents.policy import SamplingParams
+    from passkt.eval.evaluate import evaluate
+
+    ev = study.profile["eval"]
+    if role == "base":
+        model = study.base_model(pretrain_seed)
+        out_dir = study.base_eval_dirs(cat, pretrain_seed)[repeat]
+        name = base_name(pretrain_seed, repeat)
+    else:
+        model = study.trained_model(METHOD_OF[role], cat, seed)
+        out_dir, name = study.eval_dir(cat, role.lower(), seed), run_name(role, seed)
+    env_id, kwargs = study.env(cat)
+    params = SamplingParams(
+        temperature=ev["temperature"],
+        top_p=ev["top_p"],
+        top_k=ev["top_k"],
+        max_new_tokens=ev["max_new_tokens"],
+    )
+    run = evaluate(
+        env_id,
+        f"{ev['backend']}:{model}",
+        env_kwargs=kwargs,
+        n=study.n(cat),
+        budgets=study.budgets(cat),
+        ks=study.ks(cat),
+        split="test",
+        task_ids=study.task_ids(cat, "eval"),
+        out_dir=out_dir,
+        resume=True,
+        seed=ev["seed"] + repeat,
+        params=params,
+        chunk_tasks=ev["chunk_tasks"] or None,
+        policy_options=ev["options"],
+        name=name,
+    )
+    return {
+        "name": name,
+        "policy": f"{ev['backend']}:{model}",
+        "chunks_run": run.chunks_run,
+        "episodes": run.stats.episodes,
+        "generated_tokens": run.stats.generated_tokens,
+    }
+
+
+# ---------------------------------------------------------------------- training
+
+
+def train_config(study: Study, method: str, cat: str, seed: int) -> Any:
+    """The trainer config of one run: the profile's fields plus what the pipeline fixes."""
+    from passkt.agents.train.config import GRPOConfig, SFTConfig
+
+    fields = trainer_fields(study.profile, method, cat)
+    if not study.has_tools(cat):
+        fields["t_train"] = study.profile[method].get(cat, {}).get("t_train", 0)
+    env_id, kwargs = study.env(cat)
+    backend = "lean" if study.profile["eval"]["backend"] == "lean" else "hf"
+    cls = GRPOConfig if method == "grpo" else SFTConfig
+    return cls.from_dict(
+        {
+            **fields,
+            "policy": f"{backend}:{study.base_model()}",
+            "env_id": env_id,
+            "env_kwargs": kwargs,
+            "imports": tuple(study.profile["imports"]),
+            "split": "train",
+            "task_ids": tuple(study.task_ids(cat, "train")),
+            "output_dir": str(study.train_dir(method, cat, seed)),
+            "seed": seed,
+        }
+    )
+
+
+def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, Any]:
+    """Train SFT, GRPO or RFT from the base on the category's train split (resuming)."""
+    from passkt.agents.train.checkpoint import latest_checkpoint
+
+    config = train_config(study, method, cat, seed)
+    if method in ("sft", "rft"):  # rft: train_config set expert = "self"
+        from passkt.agents.train.sft import train_sft as train
+    elif study.profile["train"]["backend"] == "trl":  # TRL's GRPOTrainer through the adapter
+        from functools import partial
+
+        from passkt.agents.train.trl import train_grpo_trl
+
+        train = partial(train_grpo_trl, **study.profile["train"]["trl"])  # e.g. use_vllm = true
+    else:
+        from passkt.agents.train.grpo import train_grpo as train
+    if method == "rft":
+        from passkt.agents.train.sft import NoSuccessfulSamples
+
+        try:
+            result = train(config, resume=True)
+        except NoSuccessfulSamples as e:
+            # SFT on no data leaves the base as it is: the control is the base itself (and the
+            # report says so: 0 steps, no data), rather than a stage that can never finish.
+            base = read_done(study.base_dir, "base")
+            named = {key: base[key] for key in ("model", "in_study") if key in base}
+            return {**named, "steps": 0, "last_metrics": {}, "no_data": str(e)}
+    else:
+        result = train(config, resume=True)
+    checkpoint = result.checkpoint or latest_checkpoint(config.output_dir)
+    if checkpoint is None:
+        raise StudyError(f"{config.output_dir}: the trainer finished without a checkpoint")
+    return {
+        "model": study.relative(checkpoint),
+        "in_study": True,
+        "steps": result.steps,
+        "last_metrics": result.last_metrics,
+    }
+
+
+def floor_names(study: Study, cat: str) -> list[str]:
+    """The floor's evaluations of a category, as a compare or report done.json records them."""
+    return [study.relative(folder) for folder in study.floor_eval_dirs(cat)]

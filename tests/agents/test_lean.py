@@ -1,0 +1,216 @@
+"""LeanPolicy: the same completions as HFPolicy (and model.generate), faster.
+
+Checked on the testbed's Llama model and on the tiny Qwen2 checkpoint (a byte-level BPE whose stop
+strings span several tokens), greedy and sampled, with n > 1, across calls that reuse the prefix
+cache, and after the weights change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from passkt.agents.hf import HFPolicy
+from passkt.agents.lean import LeanPolicy, _PrefixStore, prefill_groups
+from passkt.agents.policy import SamplingParams
+from passkt.study.testbed.model import build_model
+
+PARAMS = (
+    SamplingParams(temperature=0, max_new_tokens=10, seed=0),
+    SamplingParams(temperature=1.0, max_new_tokens=10, seed=3),
+    SamplingParams(temperature=0.8, top_k=40, top_p=0.9, max_new_tokens=8, n=3, seed=5),
+)
+
+
+@pytest.fixture(scope="module")
+def loud_model(testbed_tokenizer):
+    """A random nano model with large weights: peaked, varied next-token distributions."""
+    model = build_model("nano", testbed_tokenizer, seed=1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(8)
+    return model.eval()
+
+
+def _prompts(tokenizer, count: int = 9) -> list[list[int]]:
+    texts = [
+        "<|im_start|>user\nWho is older, Gafa Radu or Dorda Tabel?<|im_end|>\n"
+        "<|im_start|>assistant\n",
+        "<|im_start|>user\nHow many books does Kelir have now?<|im_end|>\n<|im_start|>assistant\n<",
+        "Fanima is a quiet city in Rossava. It was founded in 1898",
+    ]
+    return [tokenizer(texts[i % 3] + " x" * i)["input_ids"] for i in range(count)]
+
+
+def _assert_same(expected, got) -> None:
+    assert len(expected) == len(got)
+    for a, b in zip(expected, got, strict=True):
+        assert a.token_ids == b.token_ids and a.text == b.text
+        assert a.finish_reason == b.finish_reason
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=["greedy", "sampled", "top-k-p-n3"])
+def test_same_completions_as_hfpolicy(loud_model, testbed_tokenizer, params):
+    prompts = _prompts(testbed_tokenizer)
+    prompts[4] = prompts[3]  # identical prompts are prefilled once
+    hf = HFPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=8)
+    lean = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=8)
+    assert lean.fallback_reason is None
+    _assert_same(hf.generate_ids(prompts, params), lean.generate_ids(prompts, params))
+
+
+def test_stop_strings_spanning_several_tokens(tiny_checkpoint):
+    """The tiny Qwen2 checkpoint's BPE splits '</search>' into pieces; stops must still match."""
+    hf = HFPolicy(tiny_checkpoint, batch_size=6)
+    lean = LeanPolicy(tiny_checkpoint, batch_size=6)
+    ids = [hf.tokenizer(t)["input_ids"] for t in ("<search>x</sea", "Hello", "Doc 1 (Title: A)")]
+    stops = ("</search>", "rch>", "e", "l")  # short stops: many rows stop early
+    for params in (
+        SamplingParams(temperature=0, max_new_tokens=12, stop=stops),
+        SamplingParams(temperature=1.0, max_new_tokens=12, stop=stops, n=2, seed=9),
+    ):
+        expected = hf.generate_ids(ids, params)
+        assert any(c.finish_reason == "stop" for c in expected)
+        _assert_same(expected, lean.generate_ids(ids, params))
+
+
+def test_greedy_matches_model_generate(loud_model, testbed_tokenizer):
+    lean = LeanPolicy(loud_model, tokenizer=testbed_tokenizer)
+    prompt = _prompts(testbed_tokenizer, 1)[0]
+    params = SamplingParams(temperature=0, max_new_tokens=12, stop=())
+    got = lean.generate_ids([prompt], params)[0].token_ids
+    reference = loud_model.generate(
+        torch.tensor([prompt]), do_sample=False, max_new_tokens=12, min_new_tokens=12,
+        eos_token_id=None, pad_token_id=0,
+    )[0, len(prompt) :].tolist()  # fmt: skip
+    assert list(got) == reference
+
+
+def test_next_turn_reuses_the_cache_and_matches_hfpolicy(loud_model, testbed_tokenizer):
+    hf = HFPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=4)
+    lean = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=4)
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=2)
+    prompts = _prompts(testbed_tokenizer, 6)
+    first = lean.generate_ids(prompts, params)
+    observation = testbed_tokenizer("<|im_end|>\n<|im_start|>user\nNo documents.")["input_ids"]
+    # every row continues; rows 0 and 1 also get a branch (the same prefix, another suffix)
+    extended = [p + list(c.token_ids) + observation for p, c in zip(prompts, first, strict=True)]
+    extended += [extended[0][:-2], extended[1] + observation]
+    before = lean.reused_tokens
+    _assert_same(hf.generate_ids(extended, params), lean.generate_ids(extended, params))
+    reused = lean.reused_tokens - before
+    assert reused >= sum(len(p) for p in prompts)  # at least every first-turn prompt
+    # a weight update invalidates the cache, even one that skips the version counter
+    # (``.data`` writes, CPU fused AdamW)
+    loud_model.model.norm.weight.data.mul_(1.5)
+    try:
+        again = lean.generate_ids(extended, params)
+        assert lean.reused_tokens - before == reused
+        _assert_same(hf.generate_ids(extended, params), again)
+    finally:
+        loud_model.model.norm.weight.data.div_(1.5)
+
+
+def test_the_kept_cache_stops_at_its_byte_cap(loud_model, testbed_tokenizer):
+    """Chunks are kept until the cap is reached: with room for about one chunk of 2 rows, the
+    rows of the first chunk are reused next turn and those of the others prefill again."""
+    params = SamplingParams(temperature=0.0, max_new_tokens=4, seed=0)
+    prompts = _prompts(testbed_tokenizer, 6)
+    reused = {}
+    for cap in (2**40, 1):
+        lean = LeanPolicy(
+            loud_model, tokenizer=testbed_tokenizer, batch_size=2, prefix_cache_bytes=cap
+        )
+        first = lean.generate_ids(prompts, params)
+        extended = [p + list(c.token_ids) + [5] for p, c in zip(prompts, first, strict=True)]
+        lean.generate_ids(extended, params)
+        reused[cap] = lean.reused_tokens
+    assert reused[2**40] >= sum(map(len, prompts))  # every row found its prefix
+    assert 0 < reused[1] < reused[2**40]  # only the first chunk's rows did
+    assert reused[1] >= len(prompts[0]) + len(prompts[1])
+
+
+def test_other_architectures_fall_back_to_hfpolicy(testbed_tokenizer):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=len(testbed_tokenizer), n_embd=16, n_layer=1, n_head=2)
+    model = GPT2LMHeadModel(config).eval()
+    lean = LeanPolicy(model, tokenizer=testbed_tokenizer)
+    hf = HFPolicy(model, tokenizer=testbed_tokenizer)
+    assert "GPT2LMHeadModel" in lean.fallback_reason
+    prompts = _prompts(testbed_tokenizer, 2)
+    params = SamplingParams(max_new_tokens=4, seed=1)
+    _assert_same(hf.generate_ids(prompts, params), lean.generate_ids(prompts, params))
+
+
+def test_prefill_groups_bound_padding_and_size():
+    # longest first; a row shorter than half the group's longest starts a new group
+    assert prefill_groups([5, 100, 60, 40, 100, 1], budget=1000) == [[1, 4, 2], [3], [0], [5]]
+    # the budget caps rows x longest
+    assert prefill_groups([10] * 5, budget=25) == [[0, 1], [2, 3], [4]]
+
+
+def test_prefix_store_finds_the_longest_true_prefix():
+    store = _PrefixStore(version=(0,))
+    for ids in ([1, 2, 3], [1, 2, 3, 4, 5], [1, 2, 9, 9], [7]):
+        store.add(np.array(ids), cache=None, row=len(ids))
+    store.freeze()
+    assert store.longest_prefix(np.array([1, 2, 3, 4, 5, 6])).row == 5
+    assert store.longest_prefix(np.array([1, 2, 3, 4])).row == 3
+    assert store.longest_prefix(np.array([1, 2, 9, 9])).row == 4  # a whole prompt may match
+    assert store.longest_prefix(np.array([2, 2, 3])) is None
+    store._hashes[:] = store._prefix_hashes(np.array([7]))[-1]  # forced collisions
+    store._lengths[:] = 1
+    assert store.longest_prefix(np.array([7, 1])).row == 1  # checked id by id
+    assert store.longest_prefix(np.array([8, 1])) is None
+
+
+def test_lean_spec_loads_a_lean_policy_with_hfpolicy_outputs(nano_checkpoint, testbed_tokenizer):
+    from passkt.agents.specs import load_policy
+
+    lean = load_policy(f"lean:{nano_checkpoint}", batch_size=4)
+    hf = HFPolicy(nano_checkpoint, batch_size=4)
+    assert isinstance(lean, LeanPolicy) and type(hf) is HFPolicy
+    assert lean.fallback_reason is None  # a testbed model takes the lean loop
+    prompts = _prompts(testbed_tokenizer, count=4)
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=11)
+    _assert_same(hf.generate_ids(prompts, params), lean.generate_ids(prompts, params))
+
+
+def test_hf_spec_takes_the_lean_loop_on_a_cpu_only(nano_checkpoint):
+    from passkt.agents.specs import load_policy
+
+    on_cpu = load_policy(f"hf:{nano_checkpoint}", batch_size=4)
+    assert isinstance(on_cpu, LeanPolicy) and on_cpu.fallback_reason is None
+    assert on_cpu.spec == f"hf:{nano_checkpoint}"  # manifests still name the spec given
+    assert type(load_policy(f"hf:{nano_checkpoint}", device="meta")) is HFPolicy
+
+
+def test_per_row_seeds_make_a_row_independent_of_its_batch(loud_model, testbed_tokenizer):
+    """With ``SamplingParams.seeds`` a prompt's two samples are the same alone, in a batch at
+    another position, and in smaller chunks (rows dropped and the cache compacted at other
+    steps), and still those of ``HFPolicy`` token for token."""
+    prompts = _prompts(testbed_tokenizer, count=5)
+    seeds = (3, 14, 15, 92, 65)
+    params = SamplingParams(temperature=1.0, max_new_tokens=10, stop=("<",), n=2, seed=1)
+    lean = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=10)
+    assert LeanPolicy.seeds_each_row and lean.fallback_reason is None
+    batched = lean.generate_ids(prompts, replace(params, seeds=seeds))
+    assert len({len(c.token_ids) for c in batched}) > 1  # rows finished at different steps
+    small = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=4, prefix_cache=False)
+    for i in (0, 3):
+        alone = small.generate_ids([prompts[i]], replace(params, seed=7, seeds=(seeds[i],)))
+        _assert_same(batched[2 * i : 2 * i + 2], alone)
+    order = [4, 1, 2, 0, 3]
+    shuffled = small.generate_ids(
+        [prompts[i] for i in order], replace(params, seeds=tuple(seeds[i] for i in order))
+    )
+    _assert_same([c for i in order for c in batched[2 * i : 2 * i + 2]], shuffled)
+    hf = HFPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=4)
+    _assert_same(batched, hf.generate_ids(prompts, replace(params, seeds=seeds)))
+    assert batched[0].token_ids != batched[1].token_ids  # the seeds do choose the draws

@@ -1,0 +1,122 @@
+"""Power analysis (``passkt.eval.power``): its answers hold when checked by fresh simulation.
+
+Each check re-simulates, with another seed, the studies the analysis sized, and asks that the
+power it promised is met within 3.8 binomial standard errors (2000 studies: about 0.034 at 0.8).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from passkt.eval.power import (
+    power_at,
+    required_problems,
+    shifted_rates,
+    smallest_change,
+    smoothed_rates,
+    true_pass_at_k,
+)
+
+N = 16
+SIMS = 2000
+SLACK = 3.8 * math.sqrt(0.8 * 0.2 / SIMS)
+
+
+@pytest.fixture(scope="module")
+def base() -> np.ndarray:
+    """A base like the study's bridge one: pass@1 near 0.3, most problems solved at k = n."""
+    rng = np.random.default_rng(7)
+    rates = 1 / (1 + np.exp(-rng.normal(-1.2, 2.0, size=200)))
+    return smoothed_rates(rng.binomial(N, rates), N)
+
+
+@pytest.mark.parametrize(("k", "delta"), [(1, 0.05), (N, 0.04), (N, -0.06), (4, 0.1)])
+def test_the_shift_moves_pass_at_k_by_delta(base, k, delta):
+    moved = shifted_rates(base, k, delta)
+    assert true_pass_at_k(moved, k) - true_pass_at_k(base, k) == pytest.approx(delta, abs=1e-9)
+    assert np.all(np.sign(moved - base) == np.sign(delta))  # one direction for every problem
+
+
+def test_smoothing_keeps_never_solved_problems_possible():
+    rates = smoothed_rates(np.array([0, 16, 8]), 16)
+    assert rates[0] > 0 and rates[1] < 1 and rates[2] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match=r"0\.\.n"):
+        smoothed_rates(np.array([17]), 16)
+
+
+@pytest.mark.parametrize(("k", "delta"), [(1, 0.06), (N, 0.05)])
+def test_required_problems_deliver_the_promised_power(base, k, delta):
+    answer = required_problems(base, delta=delta, n=N, k=k, sims=SIMS, seed=0)
+    trained = shifted_rates(base, k, delta)
+    check = power_at(base, trained, problems=answer.problems, n=N, k=k, sims=SIMS, seed=123)
+    assert check >= 0.8 - SLACK, (answer.problems, check)
+    fewer = power_at(base, trained, problems=answer.problems // 2, n=N, k=k, sims=SIMS, seed=5)
+    assert fewer < 0.8 - SLACK, (answer.problems // 2, fewer)  # and it is not wasteful
+
+
+def test_smallest_change_is_detected_and_half_of_it_is_not(base):
+    answer = smallest_change(base, problems=100, n=N, k=N, sims=SIMS, seed=0)
+    assert answer.delta > 0 and answer.achieved >= 0.8
+    full = shifted_rates(base, N, answer.delta)
+    assert power_at(base, full, problems=100, n=N, k=N, sims=SIMS, seed=9) >= 0.8 - SLACK
+    half = shifted_rates(base, N, answer.delta / 2)
+    assert power_at(base, half, problems=100, n=N, k=N, sims=SIMS, seed=9) < 0.8 - SLACK
+
+
+@pytest.mark.parametrize("k", [1, N])
+def test_without_a_change_the_test_fires_at_most_at_its_level(base, k):
+    """A/A: the simulated test is the calibrated one, so 'power' at delta = 0 is its one-sided
+    false-positive rate, at most half the two-sided level."""
+    rate = power_at(base, base, problems=100, n=N, k=k, sims=SIMS, seed=3)
+    assert rate <= 0.025 + 3.8 * math.sqrt(0.025 * 0.975 / SIMS)
+
+
+def test_bad_requests_are_refused(base):
+    with pytest.raises(ValueError, match="leave"):
+        shifted_rates(base, N, 0.9)
+    with pytest.raises(ValueError, match="power must"):
+        required_problems(base, delta=0.05, n=N, k=1, power=1.2)
+    with pytest.raises(ValueError, match="k must"):
+        power_at(base, base, problems=10, n=N, k=N + 1)
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory) -> str:
+    from passkt.eval.evaluate import evaluate
+
+    out = tmp_path_factory.mktemp("power") / "base"
+    evaluate("BridgeQA-v0", "scripted:heuristic", n=8, limit=30, out_dir=out, progress=False)
+    return str(out)
+
+
+def test_the_command_answers_both_ways(base_run, capsys):
+    from passkt.cli import main
+
+    assert main(["power", base_run, "--delta", "0.2", "--sims", "400"]) == 0
+    out = capsys.readouterr().out
+    assert "problems detect a change of the boundary at T = 5" in out and "| problems |" in out
+    assert main(["power", base_run, "--problems", "30", "--k", "1", "--sims", "400"]) == 0
+    assert "30 problems detect a change of pass@1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--delta", "0.1", "--problems", "5"], "not both"),
+        ([], "give --delta"),
+        (["--delta", "0.1", "--k", "9"], "--k 9 is more than"),
+        (["--delta", "0.1", "--T", "4"], "T = 4 was not evaluated"),
+        (["--delta", "0.1", "--power", "2"], "power must"),
+    ],
+)
+def test_bad_requests_are_one_line(base_run, capsys, args, message):
+    from passkt.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["power", base_run, *args])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1

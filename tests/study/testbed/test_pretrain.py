@@ -1,0 +1,148 @@
+"""Pretraining: the schedule and data order by hand, learning by learning, exact resumes."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from passkt.study.testbed.corpus import Corpus
+from passkt.study.testbed.pretrain import (
+    Batches,
+    PretrainConfig,
+    learning_rate,
+    pretrain,
+    split_documents,
+)
+
+
+def _config(tmp_path, **overrides) -> PretrainConfig:
+    values = dict(
+        output_dir=str(tmp_path / "run"), size="nano", episodes_per_category=24,
+        paragraph_repeats=1, block_size=128, batch_size=4, max_steps=60, learning_rate=5e-3,
+        warmup_steps=5, eval_every=30, save_every=30, log_every=10, progress=False,
+    )  # fmt: skip
+    return PretrainConfig(**{**values, **overrides})
+
+
+def test_learning_rate_warms_up_then_decays_to_the_floor():
+    config = PretrainConfig(learning_rate=1.0, warmup_steps=4, max_steps=104, min_lr_ratio=0.1)
+    assert [learning_rate(config, s) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert learning_rate(config, 4) == 1.0
+    assert learning_rate(config, 54) == pytest.approx(0.1 + 0.9 * 0.5)  # halfway: cos = 0
+    assert learning_rate(config, 104) == pytest.approx(0.1)
+
+
+def test_batches_pack_documents_in_an_order_fixed_by_seed_and_step():
+    tokens = np.arange(100, dtype=np.int32)
+    corpus = Corpus(tokens, tokens % 3 == 0, np.array([0, 30, 60, 100]))
+    batches = Batches(corpus, np.array([0, 1, 2]), block_size=9, batch_size=2, seed=0)
+    assert batches.blocks_per_epoch == 11
+    ids, mask = batches.batch(3)
+    assert ids.shape == (2, 10) and torch.equal(mask, ids % 3 == 0)
+    first, second = batches.block(0), batches.block(1)
+    assert first[0][-1] == second[0][0]  # blocks overlap by one token
+    again = Batches(corpus, np.array([0, 1, 2]), block_size=9, batch_size=2, seed=0)
+    assert torch.equal(again.batch(3)[0], ids)  # a resumed run sees the same batch
+    epoch0 = np.concatenate([batches.block(i)[0][:-1] for i in range(11)])
+    assert len(set(epoch0.tolist())) == 99  # an epoch reads every token once
+
+
+def test_split_documents_holds_out_a_seeded_share():
+    corpus = Corpus(np.zeros(10, np.int32), np.zeros(10, bool), np.arange(11))
+    train, held = split_documents(corpus, 0.2, seed=0)
+    assert len(held) == 2 and sorted([*train, *held]) == list(range(10))
+    assert np.array_equal(split_documents(corpus, 0.2, seed=0)[1], held)
+
+
+def test_pretraining_learns_the_corpus(tmp_path):
+    result = pretrain(_config(tmp_path))
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [10, 20, 30, 40, 50, 60]
+    start, end = lines[0], lines[-1]
+    assert end["eval/loss/all"] < 0.6 * math.log(1261)  # far below a uniform guess (7.1 nats)
+    assert end["loss/all"] < 0.7 * start["loss/all"]
+    assert end["eval/loss/assistant"] < lines[2]["eval/loss/assistant"]
+    assert result.steps == 60 and (result.model_dir / "config.json").is_file()
+
+
+def test_resume_continues_exactly(tmp_path, monkeypatch):
+    whole = pretrain(_config(tmp_path / "a", max_steps=20, save_every=10, log_every=5))
+    config = _config(tmp_path / "b", max_steps=20, save_every=10, log_every=5)
+    real_batch = Batches.batch
+
+    def crash_at_17(self, step):  # after the checkpoint at 10 and the metrics line at 15
+        if step == 17:
+            raise KeyboardInterrupt("simulated crash")
+        return real_batch(self, step)
+
+    monkeypatch.setattr(Batches, "batch", crash_at_17)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(config)
+    monkeypatch.setattr(Batches, "batch", real_batch)
+    with pytest.raises(FileExistsError, match="resume=True"):
+        pretrain(config)
+    with pytest.raises(ValueError, match="differs in \\['learning_rate'\\]"):
+        pretrain(_config(tmp_path / "b", max_steps=20, learning_rate=1e-3), resume=True)
+    saved = tmp_path / "b" / "run" / "pretrain_config.json"  # a run from before a field existed
+    old = json.loads(saved.read_text())
+    del old["arithmetic_facts"]
+    saved.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="differs in \\['arithmetic_facts'\\]"):
+        pretrain(_config(tmp_path / "b", max_steps=20, arithmetic_facts=5), resume=True)
+    resumed = pretrain(config, resume=True)  # the missing field had its default: resumable
+    assert resumed.steps == 20
+    from transformers import AutoModelForCausalLM
+
+    a = AutoModelForCausalLM.from_pretrained(whole.model_dir)
+    b = AutoModelForCausalLM.from_pretrained(resumed.model_dir)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(p, q)
+    lines = (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [5, 10, 15, 20]  # none lost, none twice
+    starts = (tmp_path / "b/run/environment.jsonl").read_text().splitlines()
+    starts = [json.loads(x) for x in starts]
+    assert [s["start_step"] for s in starts] == [0, 10]  # the crashed start, then the resume
+    assert starts[-1]["versions"]["torch"] == importlib.metadata.version("torch")
+    assert starts[-1]["torch_threads"] == torch.get_num_threads()
+
+
+def test_config_is_validated(tmp_path):
+    with pytest.raises(ValueError, match="size must be one of"):
+        PretrainConfig(size="huge")
+    with pytest.raises(ValueError, match="loss_on must be"):
+        PretrainConfig(loss_on="prompt")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown PretrainConfig fields \\['lr'\\]"):
+        PretrainConfig.from_dict({"lr": 1.0})
+
+
+@pytest.mark.slow
+def test_pretrained_nano_follows_the_protocol(tmp_path):
+    """About a minute of pretraining: most turns end in a valid <search> or <answer>."""
+    import gymnasium as gym
+
+    import passkt.envs  # noqa: F401
+    from passkt.agents.lean import LeanPolicy
+    from passkt.agents.policy import SamplingParams
+    from passkt.agents.rollout import rollout
+
+    config = _config(
+        tmp_path, episodes_per_category=600, block_size=512, batch_size=8, max_steps=250,
+        learning_rate=3e-3, warmup_steps=20, eval_every=250, save_every=250,
+    )  # fmt: skip
+    policy = LeanPolicy(pretrain(config).model_dir, batch_size=256)
+    actions = []
+    for env_id, budget in (("BridgeQA-v0", 3), ("ComparisonQA-v0", 3), ("Math-v0", 0)):
+        env = gym.make(env_id, max_tool_calls=budget, split="test")
+        ids = [task.task_id for task in env.unwrapped.tasks[:8]]
+        result = rollout(
+            policy, env_id, ids, n=4, budgets=(budget,), env_kwargs={"split": "test"},
+            params=SamplingParams(max_new_tokens=32, seed=0),
+        )  # fmt: skip
+        actions += [a for episode in result.episodes for a in episode.actions]
+    valid = sum(a in ("search", "answer") for a in actions) / len(actions)
+    assert valid > 0.7, f"only {valid:.0%} of {len(actions)} turns were valid actions"
