@@ -584,7 +584,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="passkt: %(levelname)s: %(message)s")
     for handler in logging.getLogger().handlers:  # no secret in any log line
-        handler.addFilter(RedactingFilter())
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
     from passkt.agents.threads import apply_threads
 
     apply_threads(args.threads, jobs=int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
