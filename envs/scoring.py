@@ -250,19 +250,21 @@ def math_equal_parsed(gold: ParsedMath, prediction: ParsedMath) -> bool:
                 if isinstance(gold_expr, str) and gold_expr == pred_expr:
                     return True  # the same normalized text
                 continue
-            exact_gold = exact(gold_expr)
-            value = unwrap_assignment(exact(pred_expr), exact_gold)
-            if value is None:
-                continue
-            if gold.decimals is not None and within_decimal_precision(
-                value, exact_gold, gold.decimals
-            ):
-                return True
             try:
+                exact_gold = exact(gold_expr)
+                value = unwrap_assignment(exact(pred_expr), exact_gold)
+                if value is None:
+                    continue
+                if gold.decimals is not None and within_decimal_precision(
+                    value, exact_gold, gold.decimals
+                ):
+                    return True
                 if verify([exact_gold], [value], timeout_seconds=None):
                     return True
             except Exception:  # math-verify catches most errors itself: last net
-                logger.debug("verify failed on %.80r vs %.80r", value, gold_expr, exc_info=True)
+                logger.debug(
+                    "compare failed on %.80r vs %.80r", pred_expr, gold_expr, exc_info=True
+                )
     return False
 
 
