@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.model_files import check_model_files
 from passkt.agents.policy import Completion, Conversation, SamplingParams
 from passkt.agents.row_seeds import (
     chunk_generators,
@@ -522,6 +523,7 @@ def _resolve_model_name(model: str | Path) -> str | Path:
                 f"{path} has no config.json: HFPolicy needs a Hugging Face checkpoint folder "
                 "(config.json, weights, tokenizer files)"
             )
+        check_model_files(path)  # a damaged or pickled file: one line naming it
         return path
     text = str(model)
     if isinstance(model, Path) or text.startswith((".", "/", "~")) or text.count("/") > 1:

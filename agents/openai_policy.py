@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from passkt.agents.policy import Completion, Conversation, SamplingParams
+from passkt.agents.redact import redact
 from passkt.agents.vllm_policy import request_seeds
 from passkt.envs.errors import MissingDependencyError, PassktError
 
@@ -176,13 +177,17 @@ class OpenAIPolicy:
             api_key = os.environ.get(api_key_env)
             if not api_key:
                 raise ValueError(
-                    f"api_key_env={api_key_env!r}: that environment variable is not set; export "
-                    f"{api_key_env}=<your key> first"
+                    redact(
+                        f"api_key_env={api_key_env!r}: that environment variable is not set; "
+                        f"export {api_key_env}=<your key> first"
+                    )
                 )
         self.base_url, self.model = base_url, model
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
         self.logprobs, self.concurrency, self.token_ids = logprobs, concurrency, token_ids
         self.spec = f"openai:{base_url}#{model}"  # the spec load_policy parses
+        self.shown_url = redact(base_url)
+        """``base_url`` as messages and logs show it (credentials in it masked)."""
         self._openai = openai
         self.client = openai.OpenAI(
             base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout, max_retries=0
@@ -217,8 +222,8 @@ class OpenAIPolicy:
                 break
         if len(completions) < params.n:
             raise ServerRequestError(
-                f"{self.base_url} returned {len(completions)} of the {params.n} choices asked for",
-                url=self.base_url,
+                f"{self.shown_url} returned {len(completions)} of the {params.n} choices asked for",
+                url=self.shown_url,
             )
         return completions[: params.n]
 
@@ -263,7 +268,7 @@ class OpenAIPolicy:
         for attempt in range(self.max_retries + 1):
             if attempt:
                 delay = self.backoff * 2 ** (attempt - 1)
-                logger.warning("retrying %s in %.2f s after: %s", self.base_url, delay, failure)
+                logger.warning("retrying %s in %.2f s after: %s", self.shown_url, delay, failure)
                 time.sleep(delay)
             try:
                 return self.client.chat.completions.create(**kwargs)
@@ -279,21 +284,21 @@ class OpenAIPolicy:
         attempts = f"{self.max_retries + 1} attempt{'s' if self.max_retries else ''}"
         if isinstance(failure, self._openai.APITimeoutError):
             return ServerTimeoutError(
-                f"no answer from {self.base_url} within timeout={self.timeout} s ({attempts}); "
+                f"no answer from {self.shown_url} within timeout={self.timeout} s ({attempts}); "
                 "raise timeout=... or check that the server is not overloaded",
-                url=self.base_url,
+                url=self.shown_url,
             )
         if isinstance(failure, self._openai.APIStatusError):
             return ServerRequestError(
-                f"{self.base_url} kept failing with HTTP {failure.status_code} ({attempts}): "
+                f"{self.shown_url} kept failing with HTTP {failure.status_code} ({attempts}): "
                 f"{_server_message(failure)}",
-                url=self.base_url,
+                url=self.shown_url,
                 status=failure.status_code,
             )
         return ServerRequestError(
-            f"could not connect to {self.base_url} ({attempts}): {failure}. "
+            f"could not connect to {self.shown_url} ({attempts}): {failure}. "
             "Is the server running, and is base_url right (it usually ends in /v1)?",
-            url=self.base_url,
+            url=self.shown_url,
         )
 
     def _rejected(self, error: Any) -> ServerRequestError:
@@ -302,16 +307,16 @@ class OpenAIPolicy:
         served = self._served_models() if status in (400, 404, 422) else None
         if served is not None and self.model not in served:
             return ServerRequestError(
-                f"model {self.model!r} is not served at {self.base_url} (HTTP {status}: "
+                f"model {self.model!r} is not served at {self.shown_url} (HTTP {status}: "
                 f"{message}); the server offers: {', '.join(served) or 'no models'}. "
                 "Pass one of them as model=...",
-                url=self.base_url,
+                url=self.shown_url,
                 status=status,
             )
         return ServerRequestError(
-            f"{self.base_url} rejected the request for model {self.model!r} "
+            f"{self.shown_url} rejected the request for model {self.model!r} "
             f"(HTTP {status}): {message}",
-            url=self.base_url,
+            url=self.shown_url,
             status=status,
         )
 

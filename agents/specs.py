@@ -114,7 +114,13 @@ def load_policy(
     if kind == "py":
         if context is None:
             context = PolicyContext(tasks=tuple(tasks or ()))
-        policy = resolve_factory(spec)(context, **options)
+        try:
+            policy = resolve_factory(spec)(context, **options)
+        except TypeError as e:  # not a factory of this shape (py:os:system), or a bug inside it
+            raise ValueError(
+                f"policy {spec!r}: calling {target.rpartition(':')[2]}(context, **options) failed "
+                f"({e}); a py: factory takes a PolicyContext and the policy options"
+            ) from e
         if not callable(getattr(policy, "generate", None)):
             raise ValueError(
                 f"policy {spec!r}: the factory returned a {type(policy).__name__}, which has no "

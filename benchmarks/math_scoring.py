@@ -4,6 +4,10 @@ random fuzzed actions on every env.
 Usage:
     python benchmarks/math_scoring.py                       # all of it, 1,000 fuzz episodes/env
     python benchmarks/math_scoring.py --episodes 3000 --seed 1
+    python benchmarks/math_scoring.py --reward-only         # false accepts / false rejects only
+
+The reward figures: every MATH-500 gold answer in its equivalent forms (must be rewarded) and
+value-changing mutations of each (must not be), from ``tests/envs/math_mutations.py``.
 
 CPU per step is this process's CPU time (``time.process_time``) plus the CPU the math scoring
 worker spent on the step (``passkt.envs.math_worker``; a killed comparison counts what it used
@@ -26,9 +30,12 @@ import passkt.envs  # noqa: F401  (registers the envs)
 from passkt.envs.math_worker import DEFAULT_CPU_LIMIT_S, shared_worker
 
 ROOT = Path(__file__).resolve().parents[1]
-MATH500 = ROOT.parent / "shared" / "data" / "math500.jsonl"
+MATH500 = ROOT / "tests" / "data" / "math500.jsonl"
 sys.path.insert(0, str(ROOT / "tests" / "envs"))
 from math_corpus import ADVERSARIAL, FRAGMENTS  # noqa: E402
+from math_mutations import equivalent_forms, mutations  # noqa: E402
+
+from passkt.envs.scoring import math_equal  # noqa: E402
 
 ACTION_PIECES = [
     "<search>",
@@ -108,14 +115,55 @@ def math500_steps(answers_of: str) -> dict:
             "reward_1": sum(r == 1.0 for r in rewards), **notes}  # fmt: skip
 
 
+def reward_figures(golds: list[str]) -> dict:
+    """False rejects over the golds' equivalent forms; false accepts over their mutations."""
+    forms = [(gold, form) for gold in golds for form in equivalent_forms(gold)]
+    rejected = [(gold, form) for gold, form in forms if not math_equal(form, gold)]
+    wrong = [(gold, kind, m) for gold in golds for kind, m in mutations(gold)]
+    accepted = [(gold, kind, m) for gold, kind, m in wrong if math_equal(m, gold)]
+    return {
+        "golds": len(golds),
+        "gold_rejected": sum(not math_equal(gold, gold) for gold in golds),
+        "forms": len(forms),
+        "forms_rejected": len(rejected),
+        "forms_rejected_examples": rejected[:20],
+        "mutations": len(wrong),
+        "mutation_kinds": dict(Counter(kind for _, kind, _ in wrong)),
+        "mutations_accepted": len(accepted),
+        "mutations_accepted_by_kind": dict(Counter(kind for _, kind, _ in accepted)),
+        "mutations_accepted_examples": accepted[:20],
+    }
+
+
+def print_reward(f: dict) -> None:
+    print("| MATH-500 | count | rewarded wrongly / refused wrongly |\n|---|---|---|")
+    print(f"| gold answers, as written | {f['golds']} | {f['gold_rejected']} refused |")
+    print(f"| gold answers, equivalent forms | {f['forms']} | {f['forms_rejected']} refused |")
+    print(f"| value-changing mutations | {f['mutations']} | {f['mutations_accepted']} rewarded |")
+    for gold, form in f["forms_rejected_examples"]:
+        print(f"  refused: gold {gold!r}, answer {form!r}")
+    for gold, kind, answer in f["mutations_accepted_examples"]:
+        print(f"  rewarded: gold {gold!r}, {kind} {answer!r}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=1000, help="fuzz episodes per env")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--reward-only", action="store_true", help="only the reward figures")
     args = parser.parse_args()
     shared_worker().compare("1", ["1"])  # start the worker outside the measurements
     figures: dict = {"cpu_limit_s": DEFAULT_CPU_LIMIT_S}
+    if MATH500.is_file():
+        lines = MATH500.read_text(encoding="utf-8").splitlines()
+        figures["reward"] = reward_figures([json.loads(x)["answer"] for x in lines if x.strip()])
+        print_reward(figures["reward"])
+        print()
+    if args.reward_only:
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        return
     print(f"Math scoring CPU limit: {DEFAULT_CPU_LIMIT_S} s per comparison\n")
     if MATH500.is_file():
         figures["gold"] = math500_steps("gold")

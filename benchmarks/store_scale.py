@@ -44,7 +44,9 @@ def _measured(command: list[str]) -> tuple[float, float]:
 def _old_layout(run: Path, out: Path) -> None:
     """The same run with each transcript back inside its result line (the layout before)."""
     out.mkdir()
-    shutil.copy(run / MANIFEST_FILE, out / MANIFEST_FILE)
+    manifest = json.loads((run / MANIFEST_FILE).read_text(encoding="utf-8"))
+    manifest.pop("integrity", None)  # that layout had no chunk digests either
+    (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     with (
         (run / RESULTS_FILE).open(encoding="utf-8") as results,
         (run / TRANSCRIPTS_FILE).open(encoding="utf-8") as transcripts,
@@ -52,6 +54,7 @@ def _old_layout(run: Path, out: Path) -> None:
     ):
         for line, transcript in zip(results, transcripts, strict=True):
             record = json.loads(line)
+            record.get("manifest_digest", {}).pop("integrity", None)
             record["messages"] = json.loads(transcript)["messages"]
             merged.write(json.dumps(record, ensure_ascii=False) + "\n")
 

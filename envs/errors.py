@@ -30,6 +30,10 @@ class ModelUnavailableError(PassktError, OSError):
     """A model that could not be loaded (no such folder, no network for a hub id)."""
 
 
+class ModelFileError(PassktError, ValueError):
+    """A damaged or refused file in a model or checkpoint folder; the message names the file."""
+
+
 class UnknownTaskError(PassktError, KeyError):
     """A ``task_id`` that the env's task list does not contain."""
 

@@ -2,9 +2,12 @@
 
 ``normalize_answer``, ``exact_match`` and ``f1_score`` follow the official HotpotQA script
 (``hotpot_evaluate_v1.py``) character for character, so reported numbers are comparable with
-published ones. ``math_equal`` asks ``math-verify`` whether two LaTeX answers are the same
-mathematical object; ``number_equal`` compares the last number of a prediction with a gold number
-exactly (as fractions). ``score_answer`` dispatches on ``Task.answer_type``.
+published ones. ``math_equal`` reads the whole final answer (the last ``\\boxed{}``, else the
+last ``$...$``, else all of it) as one LaTeX expression and compares it with the gold as a value
+(exact numbers, bases, equations as equations: ``passkt.envs.math_answer``), with math-verify's
+normalization and ``verify`` for structured answers; ``number_equal`` compares the last number
+of a prediction with a gold number exactly (as fractions). ``score_answer`` dispatches on
+``Task.answer_type``.
 
 Scoring never evaluates model output as code and never raises on strange predictions: anything
 that cannot be read is simply not correct.
@@ -21,6 +24,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
+from passkt.envs.math_answer import (
+    ParsedMath,
+    answer_content,
+    balanced,
+    base_subscripts,
+    decimal_places,
+    exact,
+    unwrap_assignment,
+    within_decimal_precision,
+)
 from passkt.envs.math_guard import refusal
 from passkt.envs.math_worker import DEFAULT_CPU_LIMIT_S, compare_math
 from passkt.envs.tasks import Task
@@ -116,11 +129,6 @@ MAX_SYMBOLIC_POWER = 64
 """Highest integer power of a sum or product with variables that is compared: sympy expands
 ``(x+y+z+1)^{200}`` into millions of terms, which would take minutes and gigabytes."""
 
-# An answer that already says where its math is (boxed, $...$, \(...\), \[...\]) is parsed as it is;
-# a bare answer (``\frac{1}{2}``, ``0.5``) is treated as one LaTeX expression. ``\$`` is a dollar
-# sign, not a delimiter.
-_LATEX_DELIMITED = re.compile(r"\\boxed|(?<!\\)\$|\\\(|\\\[")
-
 # math-verify logs a warning on every call without timeouts; the comparison runs without them on
 # purpose (the worker process bounds its CPU time instead), so that message is noise for our users.
 _TIMEOUT_WARNING = "Timeout is disabled"
@@ -139,8 +147,13 @@ def math_equal(prediction: str, gold: str, *, cpu_limit_s: float = DEFAULT_CPU_L
     """Whether a predicted math answer equals the gold answer (``math-verify`` parse + verify).
 
     ``\\frac{1}{2}`` equals ``0.5``, ``\\boxed{3}`` equals ``3``, ``2\\sqrt{2}`` equals
-    ``\\sqrt{8}``. A bare answer is read as one LaTeX expression; text with ``\\boxed{}`` or ``$``
-    delimiters is searched for its final answer as math-verify does.
+    ``\\sqrt{8}``, ``x = 5`` equals ``5``. The whole content of the last ``\\boxed{}`` (else of
+    the last ``$...$``, else the whole answer) must be one expression equal to the gold:
+    ``$2**100$``, ``2 +`` or ``\\frac{1}{2}**7`` are not ``2`` or ``\\frac{1}{2}``, never a prefix
+    of them. Numbers are compared exactly (``0.5000004`` is not ``0.5``); the one tolerance is
+    for a gold written as a decimal, which accepts an irrational closed form that rounds to it
+    (``\\pi`` for ``3.14``). Base subscripts must agree (``40_9`` is not ``40_{10}``). The
+    rules, with their reasons, are in ``passkt.envs.math_answer``.
 
     Bounded in any thread and process: the comparison runs in a worker process that is killed
     once it has used ``cpu_limit_s`` of CPU (``passkt.envs.math_worker``), after cheap checks that
@@ -162,45 +175,97 @@ def math_equal(prediction: str, gold: str, *, cpu_limit_s: float = DEFAULT_CPU_L
     return compare_math(prediction, [gold], cpu_limit_s=cpu_limit_s).correct
 
 
-def parse_math(answer: str) -> list[object] | str:
-    """math-verify's parse of an answer, or the reason it is too costly to compare.
+def parse_math(answer: str) -> ParsedMath | str:
+    """The parsed value of an answer's whole content, or the reason it is too costly to compare.
 
-    Unbounded in time by itself: the worker process (``passkt.envs.math_worker``) calls it.
-    An answer that cannot be parsed gives an empty list.
+    The content is ``answer_content(answer)`` (the last ``\\boxed{}``, else the last ``$...$``,
+    else everything); it is parsed as one LaTeX expression by math-verify (its normalization:
+    ``\\dfrac``, ``\\text{}`` units, ``\\!``, ``\\$``), and nothing shorter is ever tried. An
+    answer that cannot be parsed whole gives a ``ParsedMath`` with no expressions (not equal to
+    anything). Unbounded in time by itself: the worker process (``passkt.envs.math_worker``)
+    calls it.
     """
     if not isinstance(answer, str):
-        return []
+        return _UNPARSED
     if len(answer) > MAX_MATH_CHARS:
         return f"not compared: longer than {MAX_MATH_CHARS} characters"
     reason = refusal(answer)
     if reason is not None:
         return f"not compared: {reason}"
-    from math_verify import parse
+    content = answer_content(answer)
+    if not content or not balanced(content):
+        return _UNPARSED
+    parsed = _parse_whole(content)
+    reason = _too_costly(parsed)
+    if reason is not None:
+        return f"not compared: {reason}"
+    return ParsedMath(tuple(parsed), base_subscripts(content), decimal_places(content))
+
+
+_UNPARSED = ParsedMath((), (), None)
+
+
+def _parse_whole(content: str) -> tuple[object, ...]:
+    """``(value, normalized text)``, or ``(normalized text,)`` when the content is not one
+    expression. math-verify's normalization, then latex2sympy on all of it: math-verify's own
+    ``parse`` is not used, as it searches the text for anything parseable (an ``answer`` word
+    followed by a fraction, the last part of ``a = b = c``, a leading number)."""
+    from latex2sympy2_extended import latex2sympy
+    from latex2sympy2_extended.math_normalization import normalize_latex
+    from math_verify import LatexExtractionConfig
+    from math_verify.grader import should_treat_as_complex
 
     try:
-        parsed = parse(_delimit(answer), parsing_timeout=None)  # type: ignore[arg-type]
-    except Exception:  # math-verify catches most errors itself: last net
-        logger.debug("parse failed on %.80r", answer, exc_info=True)
-        return []
-    reason = _too_costly(parsed)
-    return parsed if reason is None else f"not compared: {reason}"
+        normalized = normalize_latex(content, config=LatexExtractionConfig().normalization_config)
+    except Exception:  # a last net: normalization is regular expressions
+        logger.debug("normalization failed on %.80r", content, exc_info=True)
+        return ()
+    try:
+        value = latex2sympy(
+            normalized,
+            is_real=not should_treat_as_complex(normalized),
+            convert_degrees=False,
+            normalization_config=None,
+        )
+    except Exception:  # not one expression: only the same text can equal it
+        return (normalized,)
+    return (value, normalized)
 
 
-def math_equal_parsed(gold: list[object], prediction: list[object]) -> bool:
-    """math-verify's ``verify`` of two ``parse_math`` results (no timeout; see ``parse_math``)."""
-    if not gold or not prediction:
+def math_equal_parsed(gold: ParsedMath, prediction: ParsedMath) -> bool:
+    """Whether two ``parse_math`` results are the same value (no timeout; see ``parse_math``).
+
+    Numbers are compared exactly (decimals as the fractions they denote), base subscripts must
+    agree, an equation equals a value only as an assignment ``x = value``, and a decimal gold
+    accepts an irrational closed form that rounds to it (``passkt.envs.math_answer``); the rest
+    is math-verify's ``verify`` (sets, intervals, tuples, matrices, equations, symbolic forms).
+    """
+    if not gold.exprs or not prediction.exprs or gold.bases != prediction.bases:
         return False
     from math_verify import verify
 
-    try:
-        return bool(verify(gold, prediction, timeout_seconds=None))
-    except Exception:  # math-verify catches most errors itself: last net
-        logger.debug("verify failed on %.80r vs %.80r", prediction, gold, exc_info=True)
-        return False
-
-
-def _delimit(answer: str) -> str:
-    return answer if _LATEX_DELIMITED.search(answer) else f"\\boxed{{{answer}}}"
+    for gold_expr in gold.exprs:
+        for pred_expr in prediction.exprs:
+            if isinstance(gold_expr, str) or isinstance(pred_expr, str):
+                if isinstance(gold_expr, str) and gold_expr == pred_expr:
+                    return True  # the same normalized text
+                continue
+            try:
+                exact_gold = exact(gold_expr)
+                value = unwrap_assignment(exact(pred_expr), exact_gold)
+                if value is None:
+                    continue
+                if gold.decimals is not None and within_decimal_precision(
+                    value, exact_gold, gold.decimals
+                ):
+                    return True
+                if verify([exact_gold], [value], timeout_seconds=None):
+                    return True
+            except Exception:  # math-verify catches most errors itself: last net
+                logger.debug(
+                    "compare failed on %.80r vs %.80r", pred_expr, gold_expr, exc_info=True
+                )
+    return False
 
 
 def _too_costly(parsed: Iterable[object]) -> str | None:

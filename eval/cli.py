@@ -21,9 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from passkt.agents.preflight import MAX_BUDGET, check_resume, parse_grid
+from passkt.agents.redact import RedactingFilter, redact
 from passkt.agents.specs import parse_env_kwargs
 from passkt.envs.contract import import_modules
 from passkt.envs.errors import PassktError
+from passkt.eval.manifest import MANIFEST_FILE
 from passkt.eval.reports import Report, write_comparison, write_report
 
 __all__ = [
@@ -110,26 +113,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"passkt: error: {message}", file=sys.stderr)
+    print(f"passkt: error: {redact(message)}", file=sys.stderr)
     raise SystemExit(2)
 
 
 # ---------------------------------------------------------------------- value parsing
 
 
-def parse_int_list(text: str, flag: str) -> tuple[int, ...]:
-    """Parse ``0,1,2,3,5`` into sorted unique ints; the error names ``flag``."""
-    try:
-        values = [int(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError:
-        raise ValueError(
-            f"{flag} must be comma-separated integers, e.g. {flag} 0,1,2,3,5; got {text!r}"
-        ) from None
-    if not values:
-        raise ValueError(f"{flag} is empty; give comma-separated integers")
-    if any(v < 0 for v in values):
-        raise ValueError(f"{flag} values must be non-negative, got {text!r}")
-    return tuple(sorted(set(values)))
+def parse_int_list(text: str, flag: str, *, maximum: int | None = None) -> tuple[int, ...]:
+    """Parse ``0,1,2,3,5``: non-negative ints, strictly increasing as given (``5,3`` is an error,
+    not sorted), at most ``maximum``; the error names ``flag`` (``passkt.agents.preflight``)."""
+    return parse_grid(text, flag, maximum=maximum)
 
 
 def _parse_task_ids(text: str | None) -> list[str] | None:
@@ -169,6 +163,13 @@ def _finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return value
 
 
@@ -217,7 +218,7 @@ def _policy_options(args: argparse.Namespace, kind: str) -> dict[str, Any]:
 
 def _announce(out: Path, finished: int, total: int) -> None:
     resumed = f" (resuming: {finished} of {total} chunks done)" if finished else ""
-    print(f"passkt: run directory {out}{resumed}", file=sys.stderr)
+    print(redact(f"passkt: run directory {out}{resumed}"), file=sys.stderr)
 
 
 def _absolute_paths(env_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -243,7 +244,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     task_ids = _parse_task_ids(args.task_ids)
     if args.resume and args.out is None:
         raise ValueError("--resume needs --out RUN_DIR: the run directory to continue")
-    budgets = parse_int_list(args.budgets, "--budgets") if args.budgets is not None else None
+    if args.resume:  # the library's resume=True also starts a run; the flag only continues one
+        check_resume(args.out, lambda directory: (directory / MANIFEST_FILE).is_file())
+    budgets = (
+        parse_int_list(args.budgets, "--budgets", maximum=MAX_BUDGET)
+        if args.budgets is not None
+        else None
+    )
     if budgets is None:
         info = env_info(args.env, env_kwargs, args.split)
         budgets = DEFAULT_BUDGETS if info.has_tools else (0,)
@@ -387,7 +394,11 @@ def _add_eval(subparsers: Any) -> None:
         "--env-kwargs (e.g. lookups=2,temperature_floor=0.1); recorded in the manifest",
     )
     p.add_argument("--n", type=_positive_int, default=DEFAULT_N, help="samples per (task, T)")
-    p.add_argument("--budgets", metavar="T,...", help="T grid (default 0,1,2,3,5; 0 for math envs)")
+    p.add_argument(
+        "--budgets",
+        metavar="T,...",
+        help=f"T grid, increasing, each at most {MAX_BUDGET} (default 0,1,2,3,5; 0 for math envs)",
+    )
     p.add_argument("--ks", metavar="K,...", help="k grid (default powers of two up to n)")
     p.add_argument("--split", default="test", choices=("test", "train"))
     p.add_argument(
@@ -415,7 +426,7 @@ def _add_eval(subparsers: Any) -> None:
     )
     p.add_argument(
         "--chunk-seconds",
-        type=float,
+        type=_positive_float,
         default=120.0,
         help="batch chunks so one batch takes about this long at the measured speed: the most "
         "work a crash can lose (default %(default)s)",
@@ -584,6 +595,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.path.insert(0, str(Path.cwd()))
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="passkt: %(levelname)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # no secret in any log line
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
     from passkt.agents.threads import apply_threads
 
     apply_threads(args.threads, jobs=int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))

@@ -34,6 +34,14 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from passkt.agents.policy import Policy, SamplingParams, describe
+from passkt.agents.preflight import (
+    MAX_BUDGET,
+    check_device,
+    check_dtype,
+    check_grid,
+    check_number,
+    check_policy_spec,
+)
 from passkt.agents.rollout import RolloutStats, protocol_params, rollout
 from passkt.envs.contract import (
     SEED_TASKS,
@@ -202,9 +210,7 @@ in memory, so a mistyped huge n would run out of memory rather than fail."""
 
 
 def _check_budgets(budgets: Sequence[int], info: EnvInfo) -> list[int]:
-    grid = sorted({int(b) for b in budgets})
-    if not grid or grid[0] < 0:
-        raise ValueError(f"budgets must be non-negative integers, got {list(budgets)}")
+    grid = list(check_grid(budgets, "budgets", maximum=MAX_BUDGET))
     if grid != [0] and not info.has_tools:
         raise ValueError(
             f"{info.env_id} has no tools (math), so only T = 0 is meaningful; "
@@ -326,7 +332,8 @@ def evaluate(
             policy's ``seed`` here to have resumes check it).
         name: Run name for tables and legends (default: the policy spec).
         on_open: Called as ``on_open(out_dir, finished_chunks, num_chunks)`` once the run
-            directory is open, after every argument was checked (the CLI prints it).
+            directory is open and the policy loaded, after every argument was checked (the CLI
+            prints it).
 
     Returns:
         An :class:`EvalRun`.
@@ -336,11 +343,13 @@ def evaluate(
         passkt.eval.store.RunDirError: when ``out_dir`` cannot be used (see ``RunStore.open``).
     """
     params = params or SamplingParams()
+    options = dict(policy_options or {})
+    # Every argument is checked before anything is written (passkt.agents.preflight).
     if isinstance(policy, str):
-        from passkt.agents.specs import parse_spec, resolve_factory
-
-        if parse_spec(policy)[0] == "py":  # a bad spec fails before anything is written
-            resolve_factory(policy)
+        check_policy_spec(policy)
+        check_device(options.get("device"), "device")
+        check_dtype(options.get("dtype"), "dtype")
+    check_number("chunk_seconds", chunk_seconds, minimum=0, exclusive_minimum=True)
     plan = _plan(env_id, env_kwargs, split, task_ids, limit, n, budgets, ks, share_prefix)
     if resume and out_dir is None:
         raise ValueError("resume=True needs out_dir (the run directory to continue)")
@@ -348,9 +357,6 @@ def evaluate(
     if chunk_tasks is None:
         chunk_tasks = stored_chunk or (1 if seeding == SEEDING else default_chunk_tasks(n))
     chunk_tasks = int(chunk_tasks)
-    if chunk_seconds <= 0:
-        raise ValueError(f"chunk_seconds must be > 0, got {chunk_seconds}")
-    options = dict(policy_options or {})
     if plan.info.contract is not None:
         # what the rollout does, so the manifest holds the stop strings the agent receives
         params = protocol_params(params, plan.info.contract.protocol)
@@ -377,8 +383,6 @@ def evaluate(
     try:
         if store is not None:
             manifest = store.manifest
-            if on_open is not None:
-                on_open(store.directory, len(store.finished_chunks), int(manifest["num_chunks"]))
         if isinstance(policy, str):
             from passkt.agents.specs import PolicyContext, load_policy
             from passkt.envs.contract import NEUTRAL
@@ -391,6 +395,8 @@ def evaluate(
                 protocol=plan.info.contract.protocol if plan.info.contract else NEUTRAL,
             )
             policy = load_policy(policy, tasks=plan.info.tasks, context=context, **options)
+        if store is not None and on_open is not None:  # once the policy is loaded
+            on_open(store.directory, len(store.finished_chunks), int(manifest["num_chunks"]))
         bounds = chunk_bounds(len(plan.task_ids), chunk_tasks)
         skipped = frozenset() if store is None else store.finished_chunks
         rollout_kwargs = dict(
@@ -413,6 +419,10 @@ def evaluate(
             _, table = load_run(store.directory, name=manifest["name"])
         else:
             table = OutcomeTable.from_records(records, name=manifest["name"])
+    except Exception:  # not on Ctrl-C, after which the CLI says to --resume
+        if store is not None:
+            store.discard_if_empty()  # a model that failed to load leaves nothing behind
+        raise
     finally:
         if store is not None:
             store.close()  # the writer lock: another process may resume the run now

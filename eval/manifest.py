@@ -15,9 +15,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.redact import redact_value
+from passkt.eval.chunk_digests import INTEGRITY
 from passkt.eval.run_integrity import check_no_secrets
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_FILE", "MATCH_KEYS", "chunk_bounds", "make_manifest"]
+__all__ = [
+    "FORMAT_VERSION",
+    "MANIFEST_FILE",
+    "MATCH_KEYS",
+    "REPORT_KEYS",
+    "chunk_bounds",
+    "make_manifest",
+]
 
 MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 1
@@ -39,6 +48,11 @@ MATCH_KEYS: tuple[str, ...] = (
     "seeding",
 )
 """Manifest keys that decide which samples a run draws: a resumed run must match all of them."""
+
+REPORT_KEYS: tuple[str, ...] = ("name", "num_tasks", "num_chunks", "integrity")
+"""Further manifest keys that change what a report says (the run's label, its size) or how it is
+read (``integrity``: the run keeps per-chunk digests). With ``MATCH_KEYS`` they are hashed into
+the first record of each chunk, so an edit of any of them is refused by name."""
 
 _VERSIONED_PACKAGES = ("gymnasium", "numpy", "torch", "transformers", "vllm", "openai", "peft")
 
@@ -138,11 +152,12 @@ def make_manifest(
         **({} if seeding is None else {"seeding": seeding}),
         "num_tasks": len(task_ids),
         "num_chunks": len(chunk_bounds(len(task_ids), chunk_tasks)),
+        "integrity": INTEGRITY,
         "versions": package_versions(),
         "git_commit": git_commit(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    return _jsonable(manifest)
+    return redact_value(_jsonable(manifest))  # a key in a URL or option value is never written
 
 
 def chunk_bounds(num_tasks: int, chunk_tasks: int) -> list[tuple[int, int]]:

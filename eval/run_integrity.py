@@ -56,11 +56,15 @@ def field_digests(manifest: Mapping[str, Any], keys: Sequence[str]) -> dict[str,
 
 
 def changed_fields(
-    record: Mapping[str, Any], manifest: Mapping[str, Any], keys: Sequence[str]
+    record: Mapping[str, Any],
+    manifest: Mapping[str, Any],
+    keys: Sequence[str],
+    optional: Sequence[str] = (),
 ) -> list[str]:
     """The ``keys`` whose value in ``manifest`` differs from the one ``record`` was written under.
 
-    A record without a digest (an older passkt, or not the first of its chunk) changes nothing.
+    A record without a digest (an older passkt, or not the first of its chunk) changes nothing,
+    nor does a key of ``optional`` that the record's digest lacks (written before it was covered).
 
     Raises:
         ValueError: the record's digest is not an object (a corrupt file).
@@ -71,7 +75,11 @@ def changed_fields(
     if not isinstance(stored, dict):
         raise ValueError(f"{DIGEST_KEY} is not an object; the file is corrupt")
     current = field_digests(manifest, keys)
-    return [key for key in keys if stored.get(key) != current[key]]
+    return [
+        key
+        for key in keys
+        if stored.get(key) != current[key] and not (key in optional and key not in stored)
+    ]
 
 
 def check_no_secrets(options: Iterable[str], where: str) -> None:

@@ -14,6 +14,10 @@ A run directory holds these files:
 - ``transcripts.jsonl``: the messages of the same episodes, in the same order, read only by the
   analyses that need them (``passkt.eval.transcripts``; runs written before it keep their
   messages in ``results.jsonl``).
+- ``digests.jsonl``: one line per finished chunk, written last, with the SHA-256 of the bytes
+  the chunk wrote to the two files above (``passkt.eval.chunk_digests``). Reading refuses a chunk
+  whose results do not match; ``report`` and the analyses also refuse damaged transcripts, and
+  ``--resume`` runs those chunks again (``passkt.eval.run_checks``).
 - ``writer.lock``: held (``flock``) by the one process writing the run (``passkt.eval.run_lock``).
 
 The evaluator runs tasks in fixed chunks and appends each finished chunk in one write that is
@@ -25,24 +29,35 @@ from the manifest, which is how an unfinished one is recognised.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from passkt.envs.errors import PassktError
+from passkt.agents.preflight import missing_top, remove_created
+from passkt.eval.chunk_digests import (
+    DIGESTS_FILE,
+    INTEGRITY,
+    append_digest,
+    digest_entry,
+    truncate_digests,
+)
 from passkt.eval.manifest import (
     FORMAT_VERSION,
     MANIFEST_FILE,
     MATCH_KEYS,
+    REPORT_KEYS,
     chunk_bounds,
     make_manifest,
 )
 from passkt.eval.outcome_stream import KeptRecords, NoRecords, OutcomeBuilder
 from passkt.eval.outcomes import OutcomeTable
+from passkt.eval.run_checks import check_whole, load_digests, rebuildable
+from passkt.eval.run_contents import RESULTS_FILE, RunContents, RunDirError
 from passkt.eval.run_integrity import (
     DIGEST_KEY,
     SURROGATES,
@@ -77,13 +92,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RESULTS_FILE = "results.jsonl"
-
 _JSON: dict[str, Any] = {"ensure_ascii": False, "default": str}
-
-
-class RunDirError(PassktError, ValueError):
-    """A run directory that cannot be used for the request (or read): the message says why."""
 
 
 def _chunk_lines(manifest: Mapping[str, Any]) -> list[int]:
@@ -93,9 +102,13 @@ def _chunk_lines(manifest: Mapping[str, Any]) -> list[int]:
     return [(stop - start) * per_task for start, stop in bounds]
 
 
+_DIGEST_FIELDS = (*MATCH_KEYS, *REPORT_KEYS)
+
+
 def manifest_digest(manifest: Mapping[str, Any]) -> dict[str, str]:
-    """A short hash of each field that decides the samples (``MATCH_KEYS``), by field."""
-    return field_digests(manifest, MATCH_KEYS)
+    """A short hash of each field that decides the samples or what a report says (``MATCH_KEYS``
+    and ``REPORT_KEYS``), by field."""
+    return field_digests(manifest, _DIGEST_FIELDS)
 
 
 def check_digest(path: Path, line: int, record: Mapping[str, Any], manifest: Mapping[str, Any]):
@@ -105,7 +118,7 @@ def check_digest(path: Path, line: int, record: Mapping[str, Any], manifest: Map
         RunDirError: a request field of the manifest differs from the chunk's (or is corrupt).
     """
     try:
-        changed = changed_fields(record, manifest, MATCH_KEYS)
+        changed = changed_fields(record, manifest, _DIGEST_FIELDS, optional=REPORT_KEYS)
     except ValueError as e:
         raise RunDirError(f"{path}: line {line}: {e}") from None
     if changed:
@@ -134,34 +147,10 @@ def _differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> lis
 # ---------------------------------------------------------------------- reading
 
 
-@dataclass(frozen=True)
-class RunContents:
-    """What a run directory holds, with unfinished work separated out.
-
-    Attributes:
-        manifest: The manifest.
-        records: Lines of the finished chunks, in file order.
-        finished_chunks: Indexes of the finished chunks (always ``0 .. m-1``).
-        valid_bytes: Length of the file prefix holding exactly the finished chunks.
-        dropped_lines: Complete lines of an unfinished last chunk (ignored).
-        torn: Whether the file ended in a torn (partly written) line.
-    """
-
-    manifest: dict[str, Any]
-    records: tuple[dict[str, Any], ...]
-    finished_chunks: tuple[int, ...]
-    valid_bytes: int
-    dropped_lines: int
-    torn: bool
-
-    @property
-    def complete(self) -> bool:
-        """Whether every chunk of the manifest is on disk."""
-        return len(self.finished_chunks) == int(self.manifest["num_chunks"])
-
-
 def _read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST_FILE
+    if path.exists() and not path.is_file():
+        raise RunDirError(f"{path} is not a file (a folder?); the run directory was altered")
     if not path.is_file():
         if not directory.is_dir():
             raise RunDirError(f"{directory}: no such run directory")
@@ -180,23 +169,26 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
     return manifest
 
 
-def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
-    """``(end_offset, record)`` per complete line, one at a time; ``record`` None: a torn end."""
+def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, bytes]]:
+    """``(end_offset, record, raw)`` per complete line, one at a time; ``record`` None: a torn
+    end."""
     if not path.exists():
         return
+    if not path.is_file():
+        raise RunDirError(f"{path} is not a file (a folder?); the run directory was altered")
     with path.open("rb") as f:
         end = 0
         for number, raw in enumerate(f, 1):
             end += len(raw)
             if not raw.endswith(b"\n"):  # no newline: the process died while writing this line
-                yield end, None
+                yield end, None, raw
                 return
             try:
                 record = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 rest = f.read()
                 if b"\n" not in rest and not rest.strip():
-                    yield end, None  # garbage on the last line only: a torn write
+                    yield end, None, raw  # garbage on the last line only: a torn write
                     return
                 raise RunDirError(
                     f"{path}: line {number} is not valid JSON ({e}); the file was edited "
@@ -208,7 +200,7 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
                     "every line must be a record. The file was edited; start a new run "
                     "(another --out)."
                 )
-            yield end, record
+            yield end, record, raw
 
 
 def _scan(directory: Path, make_sink: Callable[[dict[str, Any]], Any]) -> RunContents:
@@ -216,35 +208,47 @@ def _scan(directory: Path, make_sink: Callable[[dict[str, Any]], Any]) -> RunCon
 
     ``make_sink(manifest)`` makes the sink (``KeptRecords``, ``OutcomeBuilder``), which takes a
     chunk's records as they are read and rolls them back when the file ends before the chunk
-    does: one line is held here at a time.
+    does: one line is held here at a time. Each finished chunk's bytes must match its digest; a
+    chunk without one is unfinished (the process died before writing it).
     """
     manifest = _read_manifest(directory)
+    digests = load_digests(directory, manifest)
     sink = make_sink(manifest)
     results = directory / RESULTS_FILE
     expected = _chunk_lines(manifest)
+    limit = len(expected) if digests is None else min(len(expected), len(digests))
     finished: list[int] = []
+    ends: list[int] = []
     valid_bytes = count = in_chunk = 0
     torn = False
     first, point = {}, sink.mark()  # the chunk's first record, and where the chunk began
+    hasher = hashlib.sha256()
     wrong: tuple[int, Any] | None = None
-    for end, record in _lines(results):
+    for end, record, raw in _lines(results):
         if record is None:
             torn = True
             break
         count += 1
         if count == 1:  # before the chunk sizes, which an edited n or budgets would change
             check_digest(results, 1, record, manifest)
-        if len(finished) == len(expected):
-            continue  # lines beyond the manifest's chunks: refused below
+        if len(finished) == limit:
+            continue  # lines beyond the manifest's chunks (refused below) or without a digest
         chunk = len(finished)
         if in_chunk == 0:
-            first, point = record, sink.mark()
+            first, point, hasher = record, sink.mark(), hashlib.sha256()
         if wrong is None and record.get("chunk") != chunk:
             wrong = (count, record.get("chunk"))
         sink.add(record)
+        hasher.update(raw)
         in_chunk += 1
         if in_chunk < expected[chunk]:
             continue
+        if digests is not None and hasher.hexdigest() != digests[chunk]["results"]:
+            raise RunDirError(
+                f"{results}: chunk {chunk} (lines {count - in_chunk + 1}-{count}) does not match "
+                f"its digest in {DIGESTS_FILE}: the results were edited. Restore the file, or "
+                "start a new run (another --out)."
+            )
         if wrong is not None:  # an unfinished chunk is dropped, not judged
             raise RunDirError(
                 f"{results}: line {wrong[0]} belongs to chunk {wrong[1]!r} but chunk {chunk} "
@@ -253,6 +257,7 @@ def _scan(directory: Path, make_sink: Callable[[dict[str, Any]], Any]) -> RunCon
             )
         check_digest(results, count - in_chunk + 1, first, manifest)
         finished.append(chunk)
+        ends.append(end)
         valid_bytes, in_chunk = end, 0
     if in_chunk:
         sink.rollback(point)
@@ -262,18 +267,22 @@ def _scan(directory: Path, make_sink: Callable[[dict[str, Any]], Any]) -> RunCon
             f"{results}: {count - position} line(s) beyond the {len(expected)} chunks of the "
             "manifest; the file does not follow this manifest."
         )
-    return RunContents(manifest, (), tuple(finished), valid_bytes, count - position, torn)
+    return RunContents(
+        manifest, (), tuple(finished), valid_bytes, count - position, torn, digests, tuple(ends)
+    )
 
 
 def read_run(directory: str | Path) -> RunContents:
     """Read a run directory, keeping only the chunks that were written in full.
 
     Raises:
-        RunDirError: when the directory has no valid manifest, or a line in the middle of the
-            results file is corrupt or out of chunk order.
+        RunDirError: when the directory has no valid manifest, a line in the middle of the
+            results file is corrupt or out of chunk order, or a finished chunk's results or
+            transcripts do not match its digest (``check_whole``).
     """
     records = KeptRecords()
     contents = _scan(Path(directory), lambda manifest: records)
+    check_whole(Path(directory), contents)
     return replace(contents, records=tuple(records))
 
 
@@ -299,6 +308,7 @@ def load_run(
         return builder
 
     contents = _scan(Path(directory), in_grid)
+    check_whole(Path(directory), contents)
     manifest = contents.manifest
     total = int(manifest["num_chunks"])
     if not contents.complete and not partial:
@@ -374,7 +384,10 @@ def _check_out_dir(directory: Path) -> None:
 
 def _holds_no_results(directory: Path) -> bool:
     """Empty, or only a manifest and no results: nothing would be lost by starting over."""
-    names = {p.name for p in directory.iterdir()} - {LOCK_FILE, TRANSCRIPTS_FILE}
+    digests = directory / DIGESTS_FILE
+    if digests.is_file() and digests.stat().st_size > 0:
+        return False  # a chunk finished here (its results may have been deleted since)
+    names = {p.name for p in directory.iterdir()} - {LOCK_FILE, TRANSCRIPTS_FILE, DIGESTS_FILE}
     return names <= {MANIFEST_FILE, MANIFEST_FILE + ".tmp"} or (
         names <= {MANIFEST_FILE, RESULTS_FILE}
         and (directory / MANIFEST_FILE).exists()
@@ -392,6 +405,10 @@ class RunStore:
         self.finished_chunks: frozenset[int] = frozenset(finished)
         self._expected = _chunk_lines(manifest)
         self._lock: RunLock | None = None
+        self._fresh = False
+        """Whether this store started the run (no chunk was on disk when it opened)."""
+        self._created_top: Path | None = None
+        """The outermost folder this store created for the directory (None: none)."""
 
     def close(self) -> None:
         """Release the run directory's writer lock (the OS also does when the process dies)."""
@@ -428,28 +445,46 @@ class RunStore:
             passkt.eval.run_lock.RunLockedError: another process is writing the directory.
         """
         directory = Path(directory)
+        created = missing_top(directory)
         _check_out_dir(directory)
         lock = RunLock.acquire(directory)
         try:
             store = cls._open_locked(directory, manifest, resume=resume)
         except BaseException:
             lock.release()
+            remove_created(directory, created)
             raise
         store._lock = lock
+        store._created_top = created
         return store
+
+    def discard_if_empty(self) -> None:
+        """Undo the opening of a run that never stored a chunk (its model failed to load, say):
+        its manifest, lock and empty files go, and the directory too if this store made it."""
+        if not self._fresh or self.finished_chunks:
+            return
+        for name in (MANIFEST_FILE, RESULTS_FILE, TRANSCRIPTS_FILE, DIGESTS_FILE):
+            path = self.directory / name
+            if path.is_file() and (name == MANIFEST_FILE or path.stat().st_size == 0):
+                path.unlink()
+        self.close()
+        remove_created(self.directory, self._created_top)
 
     @classmethod
     def _open_locked(cls, directory: Path, manifest: dict[str, Any], *, resume: bool) -> RunStore:
         if _holds_no_results(directory):
             truncate_transcripts(directory, 0)  # of a first chunk that never finished
+            truncate_digests(directory, 0)
             _write_manifest(directory, manifest)
-            return cls(directory, manifest, ())
+            store = cls(directory, manifest, ())
+            store._fresh = True
+            return store
         if not resume:
             raise RunDirError(
                 f"{directory} already holds a run; pass --resume to continue it "
                 "or choose another --out"
             )
-        contents = _scan(directory, lambda manifest: NoRecords())
+        contents = rebuildable(directory, _scan(directory, lambda manifest: NoRecords()))
         diffs = _differences(contents.manifest, manifest)
         if diffs:
             raise RunDirError(
@@ -462,7 +497,11 @@ class RunStore:
         return store
 
     def _truncate(self, contents: RunContents) -> None:
-        finished = sum(self._expected[c] for c in contents.finished_chunks)
+        if contents.digests is None:
+            finished = sum(self._expected[c] for c in contents.finished_chunks)
+        else:
+            finished = sum(d["transcript_lines"] for d in contents.digests)
+            truncate_digests(self.directory, len(contents.digests))
         truncate_transcripts(self.directory, finished)
         path = self.results_path
         if not path.exists() or path.stat().st_size == contents.valid_bytes:
@@ -498,10 +537,12 @@ class RunStore:
             )
         # transcripts first: once a chunk's results are on disk, its transcripts are too
         outcomes, transcripts = split_records(chunk, records)
-        append_lines(self.directory / TRANSCRIPTS_FILE, transcripts)
+        written = append_lines(self.directory / TRANSCRIPTS_FILE, transcripts)
         digest = {DIGEST_KEY: manifest_digest(self.manifest)}
-        append_lines(
+        results = append_lines(
             self.results_path,
             ({"chunk": chunk, **(digest if i == 0 else {}), **r} for i, r in enumerate(outcomes)),
         )
+        if self.manifest.get("integrity") == INTEGRITY:  # last: the chunk is finished now
+            append_digest(self.directory, digest_entry(chunk, results, written, len(transcripts)))
         self.finished_chunks = self.finished_chunks | {chunk}

@@ -48,19 +48,20 @@ def split_records(
     return outcomes, transcripts
 
 
-def append_lines(path: Path, lines: Iterable[Mapping[str, Any]]) -> None:
-    """Append JSON lines in one write, flushed and fsynced."""
+def append_lines(path: Path, lines: Iterable[Mapping[str, Any]]) -> bytes:
+    """Append JSON lines in one write, flushed and fsynced; return the bytes written."""
     # A lone surrogate in a model's text is written as its JSON escape (``backslashreplace``
     # gives exactly that form inside a JSON string), so it reads back as the same string.
     payload = "".join(
         json.dumps(line, ensure_ascii=False, default=str) + "\n" for line in lines
     ).encode("utf-8", errors="backslashreplace")
     if not payload:
-        return
+        return payload
     with path.open("ab") as f:
         f.write(payload)
         f.flush()
         os.fsync(f.fileno())
+    return payload
 
 
 def truncate_transcripts(directory: Path, lines: int) -> None:

@@ -167,6 +167,11 @@ def run_command(args: argparse.Namespace) -> int:
         print(json.dumps(config.to_dict(), indent=2, sort_keys=True))
         return 0
     resume = bool(getattr(args, "resume", False))
+    if resume:  # before the env and the model; the library's resume=True may also start a run
+        from passkt.agents.preflight import check_resume
+        from passkt.agents.train.loop import holds_training_run
+
+        check_resume(config.output_dir, holds_training_run)
     _check_env(config)
     if isinstance(config, GRPOConfig):
         from passkt.agents.train.grpo import train_grpo

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from passkt.agents.policy import SamplingParams
+from passkt.agents.preflight import MAX_BUDGET
 
 FineTune = Literal["full", "lora"]
 Precision = Literal["float32", "bfloat16", "float16", "auto"]
@@ -120,6 +122,10 @@ class TrainConfig:
     """Show a tqdm progress bar."""
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # nan or inf in any number field fails here, not later
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value!r}")
         self.env_kwargs = dict(self.env_kwargs or {})
         self.imports = tuple(self.imports or ())
         if self.task_ids is not None:
@@ -146,6 +152,8 @@ class TrainConfig:
         )
         policy_path(self.policy)
         _non_negative(self, "t_train", "warmup_steps", "save_every", "eval_every", "seed")
+        if self.t_train > MAX_BUDGET:
+            raise ValueError(f"t_train must be at most {MAX_BUDGET} tool calls, got {self.t_train}")
         for name in ("max_steps", "limit", "max_length", "save_total_limit"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -330,6 +338,11 @@ def policy_path(spec: str) -> str:
     kind, sep, target = spec.partition(":")
     if not spec:
         raise ValueError("policy is empty: set policy='hf:PATH_OR_ID' (the model to train).")
+    if sep and kind in ("hf", "lean") and not target:
+        raise ValueError(
+            f"Bad policy spec {spec!r}: expected {kind}:PATH_OR_ID, e.g. "
+            "hf:Qwen/Qwen2.5-7B-Instruct or hf:/path/to/checkpoint."
+        )
     if sep and kind in ("vllm", "openai", "scripted", "py"):
         raise ValueError(
             f"policy {spec!r} cannot be trained: the trainers need a transformers model, "

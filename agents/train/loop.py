@@ -21,6 +21,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from passkt.agents.model_files import check_model_files
+from passkt.agents.preflight import (
+    check_dtype,
+    check_policy_spec,
+    missing_top,
+    remove_created,
+)
 from passkt.agents.train.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
@@ -136,11 +143,14 @@ class TrainingRun:
             resume: Continue from the newest checkpoint in ``output_dir`` (a fresh start when there
                 is none). Without it, an ``output_dir`` that already holds a run is an error.
         """
+        preflight(config, resume=resume)
         accelerator = make_accelerator()
         lock = None
+        created = None
         if accelerator.is_main_process:  # one writer per output_dir, taken before reading it
             from passkt.eval.run_lock import RunLock
 
+            created = missing_top(Path(config.output_dir))
             Path(config.output_dir).mkdir(parents=True, exist_ok=True)
             advice = "then resume it (resume=True, --resume) or choose another output_dir (--out)"
             lock = RunLock.acquire(Path(config.output_dir), advice=advice)
@@ -157,6 +167,7 @@ class TrainingRun:
         except BaseException:
             if lock is not None:
                 lock.release()
+                remove_created(Path(config.output_dir), created)  # nothing left behind
             raise
         return cls(
             config=config,
@@ -339,6 +350,25 @@ def _vllm_policy(config: TrainConfig, rank: int) -> Any:
         gpu_memory_utilization=config.vllm_gpu_memory_utilization,
         seed=config.seed + rank,
     )
+
+
+def holds_training_run(output_dir: Path) -> bool:
+    """Whether ``output_dir`` holds a training run (a checkpoint, or the metrics of one)."""
+    return latest_checkpoint(output_dir) is not None or (output_dir / "metrics.jsonl").is_file()
+
+
+def preflight(config: TrainConfig, *, resume: bool) -> None:
+    """The checks of ``passkt.agents.preflight`` that come before the output folder is made:
+    the policy (a model folder with a ``config.json`` and sound files), its dtype, and the files
+    of the checkpoint a resume would read (``passkt.agents.model_files``). (``--resume`` on a
+    folder without a run is refused by the command line, ``holds_training_run``.)"""
+    policy = config.policy if ":" in config.policy else f"hf:{config.policy}"
+    check_policy_spec(policy, trainable=True)
+    check_dtype(config.dtype, "dtype")
+    if resume:
+        checkpoint = latest_checkpoint(Path(config.output_dir))
+        if checkpoint is not None:  # every file a resume reads, before anything is loaded
+            check_model_files(checkpoint)
 
 
 def _find_checkpoint(output_dir: Path, resume: bool) -> Path | None:

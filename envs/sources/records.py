@@ -11,7 +11,10 @@ Every real-data source (``hotpotqa``, ``math500``, ``gsm8k``) reads its records 
   nothing is downloaded otherwise.
 
 A path that exists is always read as a local file or folder; one that does not, but looks like
-``ORG/NAME`` (and does not end in a file suffix), is a hub name.
+``ORG/NAME`` (and does not end in a file suffix), is a hub name. A folder is read only when it is a
+dataset folder, which ``dataset_folder_kind`` tells from marker files at its top (and in ``data/``
+or the config's folder) without walking it: ``datasets`` would otherwise search a whole tree such
+as ``/`` or ``$HOME`` for data files, for minutes, and load whatever it finds.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 from passkt.envs.errors import DatasetFormatError, DatasetUnavailableError, MissingDependencyError
 
-__all__ = ["is_hub_name", "read_records", "records_from"]
+__all__ = ["dataset_folder_kind", "is_hub_name", "read_records", "records_from"]
 
 _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 _FILE_SUFFIXES = (".json", ".jsonl", ".gz", ".parquet", ".arrow", ".txt", ".csv")
@@ -134,6 +137,15 @@ def records_from(
     if path is not None and not Path(path).is_dir() and not is_hub_name(path):
         return str(path), iter(read_records(path, hint=hint))
     name = os.fspath(path if path is not None else dataset)  # type: ignore[arg-type]
+    if Path(name).is_dir() and dataset_folder_kind(Path(name), hf_config) is None:
+        raise DatasetFormatError(
+            name,
+            "(folder)",
+            "path",
+            "a folder but not a dataset folder (no dataset_dict.json or state.json from "
+            "save_to_disk, no .parquet files at its top, in data/ or in a config folder, no "
+            "README.md with configs); give a JSON or JSON Lines file, or a dataset folder",
+        )
     rows = _dataset_rows(name, hf_config, hf_split, hint)
     origin = f"hub:{name}" + (f"/{hf_config}" if hf_config else "") + f"[{hf_split}]"
     return origin, ((str(index), dict(row)) for index, row in enumerate(rows))
@@ -180,3 +192,48 @@ def _dataset_rows(name: str, config: str | None, split: str, hint: str) -> Any:
 
 _SAVED_MARKERS = ("dataset_dict.json", "state.json")
 """Files that ``save_to_disk`` writes at the top of a saved ``DatasetDict`` / ``Dataset``."""
+
+_LISTED = 10_000
+"""Most entries of one folder looked at: a dataset folder's markers are near the top of a small
+listing; a huge folder is not searched further."""
+_DATA_SUFFIXES = (".parquet", ".arrow")
+
+
+def _names(folder: Path) -> list[str]:
+    """The names in ``folder`` (not its subfolders), at most ``_LISTED`` of them."""
+    try:
+        with os.scandir(folder) as entries:
+            return [entry.name for _, entry in zip(range(_LISTED), entries, strict=False)]
+    except OSError:
+        return []
+
+
+def dataset_folder_kind(folder: Path, config: str | None = None) -> str | None:
+    """``"saved"`` (a ``save_to_disk`` folder), ``"repository"`` (a dataset repository's
+    parquet layout) or None (not a dataset folder), from marker files only.
+
+    Looks at the folder's own entries, then at most ``data/`` and ``config``'s folder, never
+    deeper: the answer takes milliseconds for any folder, ``/`` included.
+    """
+    names = _names(folder)
+    if any(marker in names for marker in _SAVED_MARKERS):
+        return "saved"
+    if any(name.endswith(_DATA_SUFFIXES) for name in names):
+        return "repository"
+    if "README.md" in names:
+        try:
+            with (folder / "README.md").open("rb") as f:
+                head = f.read(1 << 16)
+        except OSError:
+            head = b""
+        if head.startswith(b"---") and b"\nconfigs:" in head:
+            return "repository"
+    for sub in ("data", config):
+        if (
+            sub
+            and sub in names
+            and (folder / sub).is_dir()
+            and any(name.endswith(_DATA_SUFFIXES) for name in _names(folder / sub))
+        ):
+            return "repository"
+    return None

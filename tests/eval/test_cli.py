@@ -74,7 +74,11 @@ def test_parse_env_kwargs():
 
 
 def test_parse_int_list():
-    assert parse_int_list("5,0,3, 1,2,2", "--budgets") == (0, 1, 2, 3, 5)
+    assert parse_int_list("0,1, 2,3,5", "--budgets") == (0, 1, 2, 3, 5)
+    with pytest.raises(ValueError, match="strictly increasing as given, got 5,3"):
+        parse_int_list("5,3", "--budgets")
+    with pytest.raises(ValueError, match="at most 10, got 11"):
+        parse_int_list("1,11", "--budgets", maximum=10)
     with pytest.raises(ValueError, match="--budgets must be comma-separated integers"):
         parse_int_list("0,one", "--budgets")
     with pytest.raises(ValueError, match="--ks values must be non-negative"):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from passkt.eval.chunk_digests import DIGESTS_FILE
 from passkt.eval.run_lock import LOCK_FILE, RunLock, RunLockedError
 from passkt.eval.store import RESULTS_FILE, RunDirError, read_run
 
@@ -99,6 +100,8 @@ def test_simultaneous_starts_and_resumes_leave_one_writer(tmp_path):
     cut = sum(len(line.encode()) + 1 for line in complete[: 7 * 30])
     with open(run / RESULTS_FILE, "r+b") as f:
         f.truncate(cut + 40)
+    digests = (run / DIGESTS_FILE).read_bytes().splitlines(keepends=True)
+    (run / DIGESTS_FILE).write_bytes(b"".join(digests[:7]))  # as a crash leaves them
     assert len(read_run(run).finished_chunks) == 7 and contents.complete
     _check_one_winner(_race(tmp_path, [*ARGS, "--out", str(run), "--resume"], processes=3))
     assert _lines(run) == complete  # byte for byte what the first run wrote

@@ -244,10 +244,24 @@ def test_an_edited_manifest_is_refused_naming_the_field(tmp_path, field, value):
         load_run(run, partial=True)  # what report does
     with pytest.raises(RunDirError, match=rf"field\(s\) {field} differ"):
         RunStore.open(run, edited, resume=True)  # a resume with the edited request
-    edited[field] = manifest()[field]  # undone, and the name (a label, not the request) edited
-    edited["name"] = "renamed"
+    edited[field] = manifest()[field]  # undone: the run reads again
     (run / MANIFEST_FILE).write_text(json.dumps(edited))
-    assert load_run(run, partial=True)[1].name == "renamed"
+    assert load_run(run, partial=True)[1].name == "scripted:heuristic"
+    assert load_run(run, partial=True, name="renamed")[1].name == "renamed"  # a label asked for
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("name", "GRPO-final"), ("num_chunks", 30), ("num_tasks", 60), ("integrity", None)],
+)
+def test_an_edited_report_field_of_the_manifest_is_refused(tmp_path, field, value):
+    run = tmp_path / "run"
+    write_run(run)
+    edited = json.loads((run / MANIFEST_FILE).read_text())
+    edited[field] = value
+    (run / MANIFEST_FILE).write_text(json.dumps(edited))
+    with pytest.raises(RunDirError, match=rf"field(\(s\) {field} differ| {field} was removed)"):
+        load_run(run)
 
 
 @pytest.mark.parametrize("key", ["api_key", "apiKey", "hf_token", "client_secret", "password"])
@@ -282,15 +296,20 @@ def test_analyses_read_transcripts_on_demand_from_either_layout(tmp_path):
     # a run written before the split: messages inside results.jsonl, no transcripts file
     old = tmp_path / "old"
     old.mkdir()
-    (old / MANIFEST_FILE).write_text((tmp_path / "run" / MANIFEST_FILE).read_text())
+    old_manifest = json.loads((tmp_path / "run" / MANIFEST_FILE).read_text())
+    del old_manifest["integrity"]  # written before per-chunk digests
+    (old / MANIFEST_FILE).write_text(json.dumps(old_manifest))
     lines = [json.dumps({"chunk": c, **r}) + "\n" for c in range(3) for r in chunk_records(c)]
     (old / RESULTS_FILE).write_text("".join(lines))
     assert load_records(old, budget=2).records == tuple(
         {"chunk": c, **r} for c in range(3) for r in chunk_records(c) if r["budget"] == 2
     )
+    kept = read_run(tmp_path / "run").records
     (tmp_path / "run" / TRANSCRIPTS_FILE).write_text("")
     with pytest.raises(ValueError, match="no transcript for task 't0', sample 0, T=0"):
-        attach_transcripts(tmp_path / "run", read_run(tmp_path / "run").records)
+        attach_transcripts(tmp_path / "run", kept)
+    with pytest.raises(RunDirError, match=f"{TRANSCRIPTS_FILE}: chunk 0 does not match"):
+        load_records(tmp_path / "run", budget=2)
 
 
 def test_resume_cuts_transcripts_of_a_chunk_whose_results_never_landed(tmp_path):
@@ -332,7 +351,9 @@ def test_streamed_table_equals_the_one_built_from_records(tmp_path):
     # a run written before the split (messages inline, no digest, no transcripts file)
     old = tmp_path / "old"
     old.mkdir()
-    (old / MANIFEST_FILE).write_text((run / MANIFEST_FILE).read_text())
+    old_manifest = json.loads((run / MANIFEST_FILE).read_text())
+    del old_manifest["integrity"]  # written before per-chunk digests
+    (old / MANIFEST_FILE).write_text(json.dumps(old_manifest))
     lines = [json.dumps({"chunk": c, **r}) + "\n" for c in range(3) for r in _varied(c)]
     (old / RESULTS_FILE).write_text("".join(lines))
     assert load_run(old)[1] == table

@@ -1,0 +1,188 @@
+"""What a math answer is: the whole boxed (or answer) content, read as one value.
+
+math-verify searches free text for anything that parses, which is right for grading a paper's
+outputs and wrong for a reward that a policy is optimised against: given ``$2**100$`` it reads
+the number ``2``, given ``\\frac{1}{2}**7`` it reads ``\\frac{1}{2}``, given ``2\\cdot(x=5)`` it
+reads ``5``, it drops base subscripts (``40_9`` reads as ``40``), and it compares numbers after
+rounding to six decimals (``0.5000004`` equals ``0.5``). This module fixes what is compared:
+
+- **The whole content.** ``answer_content`` picks the text that must be the answer: the content
+  of the last ``\\boxed{}`` (or ``\\fbox{}``) if there is one, else of the last ``$...$``,
+  ``$$...$$``, ``\\(...\\)`` or ``\\[...\\]``, else the whole answer. That text is parsed as one
+  LaTeX expression or not at all: a trailing operator, ``**``, an unbalanced brace or any other
+  tail makes it unparseable, hence wrong, never a shorter match.
+- **Exact values.** Decimals are read as the exact fractions they denote (``0.5`` is ``1/2``, and
+  ``0.5000004`` is not), so numbers are compared exactly. The one tolerance is for a gold answer
+  that is itself a decimal approximation: when the gold is a plain decimal with d places (``3.14``,
+  ``.0000672``) and the prediction is an irrational closed form (``\\pi``, ``\\sqrt{2}``), the
+  prediction counts when it rounds to the gold at d places, i.e. lies within half a unit of the
+  gold's last digit. A decimal or fraction prediction must equal a decimal gold exactly.
+- **Bases.** A numeral with a base subscript (``40_9``, ``4210_{5}``) must carry the same base as
+  the gold's (base 10 and no subscript are the same).
+- **Equations as equations.** A prediction that is an equation matches a gold that is a value only
+  when it assigns that value to a variable (``x=5`` and ``x = 5`` match ``5``); an equation inside
+  a larger expression (``2\\cdot(x=5)``, ``(x=5)+1``) does not parse, and ``5=3`` is not ``3``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "ParsedMath",
+    "answer_content",
+    "balanced",
+    "base_subscripts",
+    "decimal_places",
+    "exact",
+    "unwrap_assignment",
+    "within_decimal_precision",
+]
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_DELIMITED = re.compile(
+    r"(?<!\\)\$\$(.+?)(?<!\\)\$\$|(?<!\\)\$(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL
+)
+_BASE = re.compile(r"(?<![\\A-Za-z])[0-9A-Z]*[0-9][0-9A-Z]*\s*_\s*(?:\{\s*(\d+)\s*\}|(\d))")
+_TEXT = re.compile(r"\\(?:text|textrm|mbox|mathrm)\s*\{[^{}]*\}")
+_DECIMAL = re.compile(r"-?\d*\.(\d+)")
+
+
+@dataclass(frozen=True)
+class ParsedMath:
+    """A parsed answer: math-verify's parse of its content plus what math-verify does not keep."""
+
+    exprs: tuple[object, ...]
+    """math-verify's ``parse`` of the content (sympy objects, then its normalized string)."""
+    bases: tuple[str, ...]
+    """The base subscripts of its numerals, in order (``base_subscripts``)."""
+    decimals: int | None
+    """Decimal places when the content is a plain decimal number, else None."""
+
+
+def _group_end(text: str, open_brace: int) -> int | None:
+    """Index of the ``}`` closing the ``{`` at ``open_brace`` (``\\{`` and ``\\}`` skipped)."""
+    depth, i = 0, open_brace
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
+
+
+def answer_content(text: str) -> str | None:
+    """The LaTeX that must be the whole answer, or None when its box is never closed.
+
+    The content of the last ``\\boxed{...}``; else of the last math delimiters (``$...$``,
+    ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``; ``\\$`` is a dollar sign); else all of ``text``;
+    stripped, and without a final full stop (``5.`` is ``5``: not a change of value).
+    """
+    boxes = list(_BOXED.finditer(text))
+    if boxes:
+        start = boxes[-1].end() - 1
+        end = _group_end(text, start)
+        return None if end is None else _without_full_stop(text[start + 1 : end])
+    segments = list(_DELIMITED.finditer(text))
+    if segments:
+        last = segments[-1]
+        return _without_full_stop(next(group for group in last.groups() if group is not None))
+    return _without_full_stop(text)
+
+
+def _without_full_stop(content: str) -> str:
+    """``content`` stripped, without the one full stop that ends a sentence (``5.`` is 5)."""
+    content = content.strip()
+    return content[:-1].rstrip() if content.endswith(".") else content
+
+
+def balanced(latex: str) -> bool:
+    """Whether every ``{``, ``(`` and ``[`` is closed in order (``\\{``, ``\\left[`` ... count)."""
+    pairs = {"}": "{", ")": "(", "]": "["}
+    stack: list[str] = []
+    i = 0
+    while i < len(latex):
+        ch = latex[i]
+        if ch == "\\" and i + 1 < len(latex) and latex[i + 1] in "{}":
+            ch = latex[i + 1]
+            i += 1
+        if ch in "{([":
+            stack.append(ch)
+        elif ch in pairs:
+            # intervals close with the other bracket: (0, 1] and [0, 1) are balanced
+            if not stack or (ch == "}") != (stack[-1] == "{"):
+                return False
+            stack.pop()
+        i += 1
+    return not stack
+
+
+def base_subscripts(latex: str) -> tuple[str, ...]:
+    """The bases written as subscripts of numerals (``40_9`` -> ``("9",)``; base 10 left out)."""
+    bases = []
+    for match in _BASE.finditer(latex):
+        base = (match.group(1) or match.group(2)).lstrip("0") or "0"
+        if base != "10":
+            bases.append(base)
+    return tuple(bases)
+
+
+def decimal_places(latex: str) -> int | None:
+    """Places after the point when ``latex`` is a plain decimal number (units in ``\\text{}``,
+    ``\\$`` and spacing aside): ``"3.14"`` -> 2, ``"5.4 \\text{ cents}"`` -> 1, ``"\\frac12"`` ->
+    None."""
+    bare = _TEXT.sub("", latex)
+    bare = re.sub(r"\\[$,!;: ]|\\quad|\s", "", bare)
+    match = _DECIMAL.fullmatch(bare)
+    return len(match.group(1)) if match else None
+
+
+def exact(expr: object) -> object:
+    """``expr`` with each sympy ``Float`` replaced by the exact fraction of its decimal digits."""
+    from sympy import Basic, Float, Rational
+
+    if not isinstance(expr, Basic):
+        return expr
+    floats = expr.atoms(Float)
+    if not floats:
+        return expr
+    return expr.xreplace({f: Rational(str(f)) for f in floats})
+
+
+def unwrap_assignment(pred: object, gold: object) -> object | None:
+    """The value of a predicted equation compared with a gold value, or ``pred`` itself.
+
+    ``x = 5`` against a gold ``5`` is ``5``; any other equation against a value (``5 = 3``,
+    ``2x = 10``, a chain) is None: it is not a value. Against a gold equation, ``pred`` is kept.
+    """
+    from sympy import And, Eq
+    from sympy.core.relational import Relational
+
+    if isinstance(gold, Relational | And) or not isinstance(pred, Relational | And):
+        return pred
+    if isinstance(pred, Eq) and pred.lhs.is_Symbol and pred.lhs not in pred.rhs.free_symbols:
+        return pred.rhs
+    return None
+
+
+def within_decimal_precision(pred: object, gold: object, decimals: int) -> bool:
+    """Whether an irrational number ``pred`` rounds to the decimal ``gold`` at ``decimals``."""
+    from sympy import Abs, Basic, N, Rational
+
+    if not (isinstance(pred, Basic) and isinstance(gold, Rational)):
+        return False
+    if not pred.is_number or pred.free_symbols or pred.is_rational is not False:
+        return False
+    try:
+        distance = N(Abs(pred - gold), 30)
+        return bool(distance.is_real) and distance <= Rational(1, 2 * 10**decimals)
+    except (TypeError, ValueError, ArithmeticError):
+        return False
