@@ -27,6 +27,7 @@ else:  # pragma: no cover - the project runs on 3.11 here
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 PROFILE_FILE = "profile.json"
+from passkt.agents.preflight import MAX_BUDGET, check_grid  # noqa: E402
 from passkt.envs.contract import import_modules  # noqa: E402  (after the tomllib fallback)
 
 CATEGORY_ENVS = {"A": "Math-v0", "B": "ComparisonQA-v0", "C": "BridgeQA-v0"}
@@ -231,8 +232,10 @@ def check(profile: Mapping[str, Any], where: str) -> None:
         if cat not in categories:
             raise StudyError(f"{where}: eval.n_per_category names {cat!r}, not a category")
         _positive_int(n, f"eval.n_per_category.{cat}", where)
-    if not ev["budgets"] or any(not isinstance(t, int) or t < 0 for t in ev["budgets"]):
-        raise StudyError(f"{where}: eval.budgets must be non-negative integers")
+    try:
+        check_grid(ev["budgets"], "eval.budgets", maximum=MAX_BUDGET)
+    except ValueError as e:
+        raise StudyError(f"{where}: {e}") from e
     _check_targets(profile, where)
     methods = profile["methods"]
     if not {"sft", "grpo"} <= set(methods) or not set(methods) <= set(METHODS):

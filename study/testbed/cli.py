@@ -14,10 +14,11 @@ import sys
 import typing
 from typing import Any, Literal
 
+from passkt.agents.preflight import check_resume
 from passkt.agents.train.cli import _converter as train_converter
 from passkt.agents.train.config import field_docs, plain
 from passkt.study.testbed.model import MODEL_SIZES
-from passkt.study.testbed.pretrain import PretrainConfig
+from passkt.study.testbed.pretrain import CHECKPOINT_DIR, PretrainConfig, pretrain
 
 EXAMPLES = """\
 examples:
@@ -88,9 +89,10 @@ def run_pretrain(args: argparse.Namespace) -> int:
     if getattr(args, "print_config", False):
         print(json.dumps(config.to_dict(), indent=2, sort_keys=True))
         return 0
-    from passkt.study.testbed.pretrain import pretrain
-
-    result = pretrain(config, resume=bool(getattr(args, "resume", False)))
+    resume = bool(getattr(args, "resume", False))
+    if resume:
+        check_resume(config.output_dir, lambda d: (d / CHECKPOINT_DIR / "state.json").is_file())
+    result = pretrain(config, resume=resume)
     losses = ", ".join(f"{k}={v:.4g}" for k, v in result.last_metrics.items() if "loss" in k)
     print(f"passkt: pretrained {result.steps} steps; {losses}", file=sys.stderr)
     print(result.model_dir)

@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import re
+import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -313,14 +314,17 @@ class Corpus:
 
     @classmethod
     def load(cls, path: str | Path) -> Corpus:
-        """Read a corpus written by ``save``."""
-        with np.load(Path(path)) as data:
-            return cls(
-                tokens=data["tokens"],
-                assistant=data["assistant"],
-                starts=data["starts"],
-                stats=json.loads(str(data["stats"])),
-            )
+        """Read a corpus written by ``save``; a damaged file is one ``ValueError`` naming it."""
+        try:
+            with np.load(Path(path)) as data:
+                return cls(
+                    tokens=data["tokens"],
+                    assistant=data["assistant"],
+                    starts=data["starts"],
+                    stats=json.loads(str(data["stats"])),
+                )
+        except (KeyError, ValueError, OSError, zipfile.BadZipFile) as e:
+            raise ValueError(f"{path}: not a testbed corpus written by Corpus.save ({e})") from e
 
 
 def _training_tasks(category: str, config: CorpusConfig) -> list[Task]:
