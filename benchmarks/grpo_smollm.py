@@ -32,9 +32,9 @@ def run_one(args: argparse.Namespace) -> dict:
     import transformers
 
     from passkt.agents.smollm import smollm2_path
-    from passkt.agents.train.common import read_metrics
     from passkt.agents.train.config import GRPOConfig
     from passkt.agents.train.grpo import train_grpo
+    from passkt.agents.train.report import read_metrics
 
     torch.set_num_threads(args.threads)
     transformers.utils.logging.disable_progress_bar()

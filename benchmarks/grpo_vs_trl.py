@@ -37,9 +37,10 @@ import torch
 from passkt.agents.policy import Completion, SamplingParams
 from passkt.agents.rollout import rollout
 from passkt.agents.tiny import make_tiny_checkpoint
-from passkt.agents.train.common import TokenSequence, read_metrics
+from passkt.agents.train.common import TokenSequence
 from passkt.agents.train.config import GRPOConfig, SFTConfig
 from passkt.agents.train.grpo import train_grpo
+from passkt.agents.train.report import read_metrics
 from passkt.agents.train.sft import ExpertExample, save_expert_dataset, train_sft
 from passkt.envs.tasks import Task, register_source
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from passkt.agents.policy import Completion, SamplingParams
 from passkt.agents.rollout import rollout
-from passkt.agents.train.common import TokenSequence, read_metrics
+from passkt.agents.train.common import TokenSequence
 from passkt.agents.train.config import GRPOConfig, SFTConfig
+from passkt.agents.train.report import read_metrics
 from passkt.envs.tasks import Paragraph, Task, register_source
 
 PEOPLE = (

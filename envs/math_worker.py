@@ -252,7 +252,7 @@ def _serve(cpu_limit_s: float) -> None:
     import resource
     from functools import lru_cache
 
-    from passkt.envs.scoring import math_equal_parsed, parse_math
+    from passkt.envs.math_value import math_equal_parsed, parse_math
 
     try:
         _, hard = resource.getrlimit(resource.RLIMIT_AS)

@@ -18,7 +18,7 @@ A run directory holds these files:
   the chunk wrote to the two files above (``passkt.eval.chunk_digests``). Reading refuses a chunk
   whose results do not match; ``report`` and the analyses also refuse damaged transcripts, and
   ``--resume`` runs those chunks again (``passkt.eval.run_checks``).
-- ``writer.lock``: held (``flock``) by the one process writing the run (``passkt.eval.run_lock``).
+- ``writer.lock``: held (``flock``) by the one process writing the run (``passkt.agents.run_lock``).
 
 The evaluator runs tasks in fixed chunks and appends each finished chunk in one write that is
 flushed and fsynced before the next chunk starts. A crash can therefore only leave (a) a torn last
@@ -65,7 +65,7 @@ from passkt.eval.run_integrity import (
     escape_surrogates,
     field_digests,
 )
-from passkt.eval.run_lock import LOCK_FILE, RunLock
+from passkt.agents.run_lock import LOCK_FILE, RunLock
 from passkt.eval.transcripts import (
     TRANSCRIPTS_FILE,
     append_lines,
@@ -436,13 +436,13 @@ class RunStore:
         ``MATCH_KEYS``); its unfinished last chunk and any torn line are cut off the results
         file so that chunk runs again.
 
-        The store holds the directory's writer lock (``passkt.eval.run_lock``) until
+        The store holds the directory's writer lock (``passkt.agents.run_lock``) until
         :meth:`close`, so a second writer is refused at once.
 
         Raises:
             RunDirError: for a non-empty directory without ``resume``, a directory that is not a
                 run, or a run made for a different request (the differing keys are listed).
-            passkt.eval.run_lock.RunLockedError: another process is writing the directory.
+            passkt.agents.run_lock.RunLockedError: another process is writing the directory.
         """
         directory = Path(directory)
         created = missing_top(directory)

@@ -37,7 +37,7 @@ def lock_holder():
             [
                 sys.executable,
                 "-c",
-                "import sys, time\nfrom pathlib import Path\nfrom passkt.eval.run_lock import "
+                "import sys, time\nfrom pathlib import Path\nfrom passkt.agents.run_lock import "
                 "RunLock\nRunLock.acquire(Path(sys.argv[1]))\nprint('locked', flush=True)\n"
                 "time.sleep(600)",
                 str(directory),

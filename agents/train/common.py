@@ -8,7 +8,6 @@ its gradients, and only the main process writes metrics and checkpoints.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -359,58 +358,6 @@ def reduce_sums(accelerator: Any, sums: Mapping[str, float]) -> dict[str, float]
     )
     values = accelerator.reduce(values, reduction="sum")
     return dict(zip(keys, values.tolist(), strict=True))
-
-
-class MetricsLogger:
-    """Appends one JSON line per step to ``output_dir/metrics.jsonl``, and to the ``report_to``
-    sinks (``passkt.agents.train.report``: TensorBoard, W&B).
-
-    Only the main process writes; the others hold a disabled logger.
-    """
-
-    def __init__(
-        self,
-        output_dir: Path,
-        *,
-        enabled: bool,
-        tensorboard: bool = False,
-        report_to: Sequence[str] = (),
-        config: Mapping[str, Any] | None = None,
-    ) -> None:
-        from passkt.agents.train.report import make_sinks
-
-        self.path = output_dir / "metrics.jsonl"
-        self.enabled = enabled
-        sinks = [*report_to, *(["tensorboard"] if tensorboard else [])]
-        self._sinks = make_sinks(sinks, output_dir, config) if enabled else []
-
-    def log(self, step: int, metrics: Mapping[str, float]) -> None:
-        """Write one line ``{"step": step, **metrics}``."""
-        if not self.enabled:
-            return
-        record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
-        with open(self.path, "a") as handle:
-            handle.write(json.dumps(record) + "\n")
-        for sink in self._sinks:
-            sink.log(step, {k: _plain(v) for k, v in metrics.items()})
-
-    def close(self) -> None:
-        for sink in self._sinks:
-            sink.close()
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.item()
-    if isinstance(value, (np.floating, np.integer)):
-        return value.item()
-    return value
-
-
-def read_metrics(output_dir: str | Path) -> list[dict[str, Any]]:
-    """The lines of a run's ``metrics.jsonl``."""
-    path = Path(output_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 # --------------------------------------------------------------------------- evaluation

@@ -36,7 +36,6 @@ from passkt.agents.train.checkpoint import (
 )
 from passkt.agents.train.common import (
     BatchSchedule,
-    MetricsLogger,
     evaluate,
     load_model,
     load_task_list,
@@ -45,6 +44,7 @@ from passkt.agents.train.common import (
     total_steps,
 )
 from passkt.agents.train.config import TrainConfig, rollout_backend
+from passkt.agents.train.report import MetricsLogger
 from passkt.envs.errors import PassktError
 
 logger = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class TrainingRun:
     optimizer_steps: int = 0
     """Optimizer updates made by this process since it started (GRPO: ``num_iterations`` a step)."""
     lock: Any = None
-    """The main process's writer lock on ``output_dir`` (``passkt.eval.run_lock``), held until
+    """The main process's writer lock on ``output_dir`` (``passkt.agents.run_lock``), held until
     ``close`` (``finish``, or leaving the ``with`` block on an error)."""
     _bar: Any = None
 
@@ -148,7 +148,7 @@ class TrainingRun:
         lock = None
         created = None
         if accelerator.is_main_process:  # one writer per output_dir, taken before reading it
-            from passkt.eval.run_lock import RunLock
+            from passkt.agents.run_lock import RunLock
 
             created = missing_top(Path(config.output_dir))
             Path(config.output_dir).mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ without a network or an account (``wandb sync`` uploads the run later).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -102,7 +103,6 @@ def make_callback(output_dir: Path, report_to: Sequence[str], config: Mapping[st
     from transformers import TrainerCallback
 
     from passkt.agents.train.checkpoint import truncate_metrics
-    from passkt.agents.train.common import MetricsLogger
 
     class _Callback(TrainerCallback, MetricsCallback):
         def __init__(self) -> None:
@@ -127,3 +127,50 @@ def make_callback(output_dir: Path, report_to: Sequence[str], config: Mapping[st
                 self.logger.close()
 
     return _Callback()
+
+
+class MetricsLogger:
+    """Appends one JSON line per step to ``output_dir/metrics.jsonl``, and to the ``report_to``
+    sinks (``passkt.agents.train.report``: TensorBoard, W&B).
+
+    Only the main process writes; the others hold a disabled logger.
+    """
+
+    def __init__(
+        self,
+        output_dir: Path,
+        *,
+        enabled: bool,
+        tensorboard: bool = False,
+        report_to: Sequence[str] = (),
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.path = output_dir / "metrics.jsonl"
+        self.enabled = enabled
+        sinks = [*report_to, *(["tensorboard"] if tensorboard else [])]
+        self._sinks = make_sinks(sinks, output_dir, config) if enabled else []
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Write one line ``{"step": step, **metrics}``."""
+        if not self.enabled:
+            return
+        record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        for sink in self._sinks:
+            sink.log(step, {k: _plain(v) for k, v in metrics.items()})
+
+    def close(self) -> None:
+        for sink in self._sinks:
+            sink.close()
+
+
+def _plain(value: Any) -> Any:
+    """A plain Python number for a 0-d tensor or a numpy scalar (both have ``item``)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def read_metrics(output_dir: str | Path) -> list[dict[str, Any]]:
+    """The lines of a run's ``metrics.jsonl``."""
+    path = Path(output_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from passkt.agents.train.common import read_metrics
+from passkt.agents.train.report import read_metrics
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 

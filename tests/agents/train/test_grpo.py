@@ -17,13 +17,13 @@ from passkt.agents.train.common import (
     TokenSequence,
     collate,
     length_sorted_micro_batches,
-    read_metrics,
     sequence_logprobs,
 )
 from passkt.agents.train.config import GRPOConfig
 from passkt.agents.train.grpo import grpo_loss, policy_update, train_grpo
 from passkt.agents.train.loop import TrainingRun
 from passkt.agents.train.losses import token_logprobs
+from passkt.agents.train.report import read_metrics
 from passkt.envs.tasks import Paragraph, Task
 
 DIGIT_ENV = {"source": "digits"}  # registered by the digit_tasks fixture (conftest.py)
@@ -209,7 +209,7 @@ def test_tensorboard_events_hold_the_logged_metrics(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from passkt.agents.train.common import MetricsLogger
+    from passkt.agents.train.report import MetricsLogger
 
     logger = MetricsLogger(tmp_path, enabled=True, tensorboard=True)
     logger.log(1, {"reward/mean": 0.25})
@@ -224,7 +224,7 @@ def test_tensorboard_events_hold_the_logged_metrics(tmp_path):
 def test_tensorboard_without_the_package_says_what_to_install(tmp_path, monkeypatch):
     import sys
 
-    from passkt.agents.train.common import MetricsLogger
+    from passkt.agents.train.report import MetricsLogger
 
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails
     with pytest.raises(ImportError, match="pip install tensorboard"):
@@ -245,7 +245,7 @@ def test_one_trainer_per_output_dir(
     # A second trainer on a run folder another process is writing is refused at once, naming
     # the writer; a run that fails after it started lets go of the folder (same process).
     import passkt.agents.train.grpo as grpo
-    from passkt.eval.run_lock import RunLockedError
+    from passkt.agents.run_lock import RunLockedError
 
     out = tmp_path / "run"
     out.mkdir()

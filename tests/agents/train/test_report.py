@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from passkt.agents.train.common import MetricsLogger
 from passkt.agents.train.config import GRPOConfig
+from passkt.agents.train.report import MetricsLogger
 
 
 @pytest.mark.slow  # starts the wandb service (a few seconds)

@@ -8,8 +8,9 @@ import pytest
 
 from passkt.agents.policy import SamplingParams
 from passkt.agents.rollout import rollout
-from passkt.agents.train.common import load_task_list, read_metrics
+from passkt.agents.train.common import load_task_list
 from passkt.agents.train.config import GRPOConfig, SFTConfig
+from passkt.agents.train.report import read_metrics
 from passkt.agents.train.sft import (
     build_expert_dataset,
     load_expert_dataset,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from passkt.agents.train.common import read_metrics
+from passkt.agents.train.report import read_metrics
 from passkt.eval.cli import main
 
 

@@ -9,11 +9,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from passkt.agents.train import common
+from passkt.agents.train import report
 from passkt.agents.train.checkpoint import latest_checkpoint, list_checkpoints, truncate_metrics
-from passkt.agents.train.common import is_timing_metric, read_metrics
+from passkt.agents.train.common import is_timing_metric
 from passkt.agents.train.config import GRPOConfig, SFTConfig
 from passkt.agents.train.grpo import train_grpo
+from passkt.agents.train.report import read_metrics
 from passkt.agents.train.sft import train_sft
 
 
@@ -23,14 +24,14 @@ class Crash(RuntimeError):
 
 def crash_after_logging(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     """Make the run die right after it logs ``step`` (past its last checkpoint)."""
-    original = common.MetricsLogger.log
+    original = report.MetricsLogger.log
 
     def log(self, done, metrics):
         original(self, done, metrics)
         if done == step:
             raise Crash(f"simulated crash after step {step}")
 
-    monkeypatch.setattr(common.MetricsLogger, "log", log)
+    monkeypatch.setattr(report.MetricsLogger, "log", log)
 
 
 def comparable(output_dir: Path) -> list[dict]:

@@ -190,7 +190,7 @@ def test_train_grpo_trl_leaves_a_checkpoint_passkt_loads_and_resumes(
     from passkt.agents.hf import HFPolicy
     from passkt.agents.policy import SamplingParams
     from passkt.agents.train import trl as adapter
-    from passkt.agents.train.common import read_metrics
+    from passkt.agents.train.report import read_metrics
     from passkt.agents.train.trl import train_grpo_trl
 
     calls = []

@@ -20,9 +20,10 @@ pytest.importorskip("trl", reason="the TRL adapter needs the trl extra: pip inst
 
 from passkt.agents.policy import Completion, SamplingParams
 from passkt.agents.rollout import rollout
-from passkt.agents.train.common import TokenSequence, read_metrics
+from passkt.agents.train.common import TokenSequence
 from passkt.agents.train.config import GRPOConfig, SFTConfig
 from passkt.agents.train.grpo import train_grpo
+from passkt.agents.train.report import read_metrics
 from passkt.agents.train.trl import make_trl_trainer
 from passkt.envs.tasks import register_source
 

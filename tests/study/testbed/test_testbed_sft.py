@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from passkt.agents.train.common import read_metrics
 from passkt.agents.train.config import SFTConfig
+from passkt.agents.train.report import read_metrics
 from passkt.agents.train.sft import train_sft
 
 

@@ -1,0 +1,229 @@
+"""A math answer as a value, and whether two values are equal: what the scoring worker runs.
+
+``parse_math`` reads an answer's whole final content (``passkt.envs.math_answer``) as one LaTeX
+expression with math-verify's normalization and latex2sympy, after cheap guards against answers
+too costly to compare (``passkt.envs.math_guard`` and a bound on the parsed tree);
+``math_equal_parsed`` compares two parsed answers as values. Neither bounds its own time: the
+worker process (``passkt.envs.math_worker``) calls them under a CPU limit, and
+``passkt.envs.scoring.math_equal`` is the bounded entry point.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+
+from passkt.envs.math_answer import (
+    ParsedMath,
+    answer_content,
+    balanced,
+    base_subscripts,
+    decimal_places,
+    exact,
+    unwrap_assignment,
+    within_decimal_precision,
+)
+from passkt.envs.math_guard import refusal
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "MAX_MATH_CHARS",
+    "MAX_MATH_DIGITS",
+    "MAX_SYMBOLIC_POWER",
+    "math_equal_parsed",
+    "parse_math",
+]
+
+MAX_MATH_CHARS = 1000
+"""Longer predictions or gold answers are not compared (not equal): a final answer is short, and
+sympy's cost grows quickly with expression size."""
+
+MAX_MATH_DIGITS = 100_000
+"""Upper bound on the decimal digits of any number an expression can denote (estimated from its
+parse tree before any evaluation). ``10^{100000}`` is compared; ``9^{9^{9}}`` or ``(10^{10})!``,
+which sympy would try to expand for minutes, count as not equal."""
+
+MAX_SYMBOLIC_POWER = 64
+"""Highest integer power of a sum or product with variables that is compared: sympy expands
+``(x+y+z+1)^{200}`` into millions of terms, which would take minutes and gigabytes."""
+
+# math-verify logs a warning on every call without timeouts; the comparison runs without them on
+# purpose (the worker process bounds its CPU time instead), so that message is noise for our users.
+_TIMEOUT_WARNING = "Timeout is disabled"
+
+
+class _DropTimeoutWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_TIMEOUT_WARNING)
+
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_DropTimeoutWarning())
+
+
+def parse_math(answer: str) -> ParsedMath | str:
+    """The parsed value of an answer's whole content, or the reason it is too costly to compare.
+
+    The content is ``answer_content(answer)`` (the last ``\\boxed{}``, else the last ``$...$``,
+    else everything); it is parsed as one LaTeX expression by math-verify (its normalization:
+    ``\\dfrac``, ``\\text{}`` units, ``\\!``, ``\\$``), and nothing shorter is ever tried. An
+    answer that cannot be parsed whole gives a ``ParsedMath`` with no expressions (not equal to
+    anything). Unbounded in time by itself: the worker process (``passkt.envs.math_worker``)
+    calls it.
+    """
+    if not isinstance(answer, str):
+        return _UNPARSED
+    if len(answer) > MAX_MATH_CHARS:
+        return f"not compared: longer than {MAX_MATH_CHARS} characters"
+    reason = refusal(answer)
+    if reason is not None:
+        return f"not compared: {reason}"
+    content = answer_content(answer)
+    if not content or not balanced(content):
+        return _UNPARSED
+    parsed = _parse_whole(content)
+    reason = _too_costly(parsed)
+    if reason is not None:
+        return f"not compared: {reason}"
+    return ParsedMath(tuple(parsed), base_subscripts(content), decimal_places(content))
+
+
+_UNPARSED = ParsedMath((), (), None)
+
+
+def _parse_whole(content: str) -> tuple[object, ...]:
+    """``(value, normalized text)``, or ``(normalized text,)`` when the content is not one
+    expression. math-verify's normalization, then latex2sympy on all of it: math-verify's own
+    ``parse`` is not used, as it searches the text for anything parseable (an ``answer`` word
+    followed by a fraction, the last part of ``a = b = c``, a leading number)."""
+    from latex2sympy2_extended import latex2sympy
+    from latex2sympy2_extended.math_normalization import normalize_latex
+    from math_verify import LatexExtractionConfig
+    from math_verify.grader import should_treat_as_complex
+
+    try:
+        normalized = normalize_latex(content, config=LatexExtractionConfig().normalization_config)
+    except Exception:  # a last net: normalization is regular expressions
+        logger.debug("normalization failed on %.80r", content, exc_info=True)
+        return ()
+    try:
+        value = latex2sympy(
+            normalized,
+            is_real=not should_treat_as_complex(normalized),
+            convert_degrees=False,
+            normalization_config=None,
+        )
+    except Exception:  # not one expression: only the same text can equal it
+        return (normalized,)
+    return (value, normalized)
+
+
+def math_equal_parsed(gold: ParsedMath, prediction: ParsedMath) -> bool:
+    """Whether two ``parse_math`` results are the same value (no timeout; see ``parse_math``).
+
+    Numbers are compared exactly (decimals as the fractions they denote), base subscripts must
+    agree, an equation equals a value only as an assignment ``x = value``, and a decimal gold
+    accepts an irrational closed form that rounds to it (``passkt.envs.math_answer``); the rest
+    is math-verify's ``verify`` (sets, intervals, tuples, matrices, equations, symbolic forms).
+    """
+    if not gold.exprs or not prediction.exprs or gold.bases != prediction.bases:
+        return False
+    from math_verify import verify
+
+    for gold_expr in gold.exprs:
+        for pred_expr in prediction.exprs:
+            if isinstance(gold_expr, str) or isinstance(pred_expr, str):
+                if isinstance(gold_expr, str) and gold_expr == pred_expr:
+                    return True  # the same normalized text
+                continue
+            try:
+                exact_gold = exact(gold_expr)
+                value = unwrap_assignment(exact(pred_expr), exact_gold)
+                if value is None:
+                    continue
+                if gold.decimals is not None and within_decimal_precision(
+                    value, exact_gold, gold.decimals
+                ):
+                    return True
+                if verify([exact_gold], [value], timeout_seconds=None):
+                    return True
+            except Exception:  # math-verify catches most errors itself: last net
+                logger.debug(
+                    "compare failed on %.80r vs %.80r", pred_expr, gold_expr, exc_info=True
+                )
+    return False
+
+
+def _too_costly(parsed: Iterable[object]) -> str | None:
+    """Why a parsed answer is too costly to compare (huge numbers, high powers of sums), or None."""
+    from sympy import Basic, Pow
+
+    limit = float(MAX_MATH_DIGITS)
+    for expr in parsed:
+        if not isinstance(expr, Basic):
+            continue
+        if _log10_bound(expr, limit) > limit:
+            return f"a number of more than {MAX_MATH_DIGITS} digits"
+        for power in expr.atoms(Pow):
+            base, exponent = power.args
+            if (
+                exponent.is_Number
+                and abs(float(exponent)) > MAX_SYMBOLIC_POWER
+                and base.free_symbols
+                and not base.is_Symbol
+            ):
+                return f"a power {exponent} of an expression (limit {MAX_SYMBOLIC_POWER})"
+    return None
+
+
+_FACTORIAL_LIKE = frozenset(
+    {
+        "factorial",
+        "factorial2",
+        "subfactorial",
+        "binomial",
+        "gamma",
+        "RisingFactorial",
+        "FallingFactorial",
+        "fibonacci",
+        "lucas",
+    }
+)
+"""Functions whose value grows like n! in their argument (a cost bound, not an exact list)."""
+
+
+def _log10_bound(expr: object, limit: float) -> float:
+    """An upper bound on log10 of the largest number ``expr`` or its parts can evaluate to.
+
+    Walks the unevaluated tree only; returns ``inf`` as soon as the bound passes ``limit``.
+    """
+    from sympy import Basic, Float, Pow, Rational
+
+    if isinstance(expr, Rational):  # includes Integer
+        return math.log10(max(abs(int(expr.p)), int(expr.q), 1))
+    if isinstance(expr, Float):
+        value = abs(float(expr))
+        if value == math.inf:  # beyond double range: refuse
+            return math.inf
+        return abs(math.log10(value)) if value > 0.0 else 1.0
+    if not isinstance(expr, Basic) or not expr.args:
+        return 1.0  # symbols, constants (pi, E, I), infinities
+    bounds = [_log10_bound(arg, limit) for arg in expr.args]
+    top = max(bounds)
+    if top > limit:
+        return math.inf
+    if type(expr).__name__ == "exp":  # exp(x) <= 10^(0.44 x): a power of e, not a plain function
+        return math.inf if top > math.log10(limit) else 0.4343 * 10**top
+    if isinstance(expr, Pow):
+        base, exponent = bounds
+        # |b^e| <= 10^(|e| * log10|b|), and |e| <= 10^(bound of e)
+        return math.inf if exponent > math.log10(limit) else base * 10**exponent
+    if type(expr).__name__ in _FACTORIAL_LIKE:
+        # n! <= n^n and binomial(n, k) <= 2^n, so n * log10(n) digits at most
+        if top > math.log10(limit):
+            return math.inf
+        n = 10**top
+        return n * max(math.log10(n), 1.0)
+    return sum(bounds) + 1.0  # sums, products, other functions: log10|a*b| <= sum of the parts
