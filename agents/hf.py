@@ -37,6 +37,7 @@ from passkt.agents.row_seeds import (
     row_generators,
     sample_rows,
 )
+from passkt.agents.smollm import SMOLLM2_ALIAS, smollm2_path
 from passkt.envs.errors import ModelUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ def filter_logits(scores: Any, top_k: int, top_p: float) -> Any:
     Returns:
         A ``(B, V)`` tensor; ``log_softmax`` of it is the sampling distribution.
     """
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     if 0 < top_k < scores.shape[-1]:
         kth = torch.topk(scores, top_k, dim=-1).values[:, -1:]  # (B, 1)
@@ -129,7 +130,7 @@ def sample_next(logits: Any, params: SamplingParams, generator: Any) -> tuple[An
     Returns:
         ``(tokens (B,), logprobs (B,))``.
     """
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     if params.temperature == 0:
         tokens = torch.argmax(logits, dim=-1)  # (B,)
@@ -214,7 +215,7 @@ class HFPolicy:
             chat_template: A Jinja chat template replacing the tokenizer's own.
             trust_remote_code: Passed to ``from_pretrained``.
         """
-        import torch
+        import torch  # optional: the hf extra (torch, transformers)
 
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
@@ -350,7 +351,7 @@ class HFPolicy:
 
     def _new_cache(self, room: int = 0) -> Any:
         """A ``DynamicCache`` whose full-attention layers reserve ``room`` tokens ahead."""
-        from transformers import DynamicCache
+        from transformers import DynamicCache  # optional: the hf extra (torch, transformers)
 
         try:
             cache = DynamicCache(config=self.model.config)
@@ -359,6 +360,7 @@ class HFPolicy:
         reserved = _reserved_layer_type()
         layers = getattr(cache, "layers", None)
         if reserved is not None and isinstance(layers, list) and room > 0:
+            # optional: the hf extra (torch, transformers)
             from transformers.cache_utils import DynamicLayer
 
             for i, layer in enumerate(layers):
@@ -444,6 +446,7 @@ def _reserved_layer_type() -> type | None:
     ``DynamicLayer`` (then the plain cache is used).
     """
     try:
+        # optional: the hf extra (torch, transformers)
         from transformers.cache_utils import DynamicLayer
     except ImportError:
         return None
@@ -512,7 +515,6 @@ def _reserved_layer_type() -> type | None:
 
 def _resolve_model_name(model: str | Path) -> str | Path:
     """A local folder for paths and the smollm alias; hub ids pass through unchanged."""
-    from passkt.agents.smollm import SMOLLM2_ALIAS, smollm2_path
 
     if str(model) == SMOLLM2_ALIAS:
         return smollm2_path()
@@ -535,9 +537,9 @@ def _resolve_model_name(model: str | Path) -> str | Path:
 
 
 def _load_model(folder: str | Path, device: str, dtype: str, trust_remote_code: bool) -> Any:
-    import torch
-    import transformers
-    from transformers import AutoModelForCausalLM
+    import torch  # optional: the hf extra (torch, transformers)
+    import transformers  # optional: the hf extra (torch, transformers)
+    from transformers import AutoModelForCausalLM  # optional: the hf extra (torch, transformers)
 
     torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
     dtype_kwarg = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
@@ -557,7 +559,7 @@ def _load_model(folder: str | Path, device: str, dtype: str, trust_remote_code: 
 
 
 def _load_tokenizer(source: str | Path, trust_remote_code: bool) -> Any:
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # optional: the hf extra (torch, transformers)
 
     return AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
 

@@ -67,7 +67,7 @@ def lean_supported(model: Any) -> str | None:
 def weights_version(model: Any) -> tuple[Any, ...]:
     """Changes whenever a parameter changes: its identity, its version counter (in-place ops),
     and a checksum of its values (fused optimizers and ``.data`` writes skip the counter)."""
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     params = list(model.parameters())
     with torch.no_grad():
@@ -82,7 +82,7 @@ def weights_version(model: Any) -> tuple[Any, ...]:
 
 
 def _rms(x: Any, weight: Any, eps: float) -> Any:
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     dtype = x.dtype
     x = x.to(torch.float32)
@@ -91,7 +91,7 @@ def _rms(x: Any, weight: Any, eps: float) -> Any:
 
 
 def _rotate(x: Any, cos: Any, sin: Any) -> Any:
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
@@ -99,7 +99,7 @@ def _rotate(x: Any, cos: Any, sin: Any) -> Any:
 
 def _fused(*linears: Any) -> tuple[Any, Any]:
     """One weight (and bias) for several linear layers applied to the same input."""
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     weight = torch.cat([m.weight for m in linears], dim=0)
     if all(m.bias is None for m in linears):
@@ -117,7 +117,7 @@ def _attention(q: Any, k: Any, v: Any, mask: Any) -> Any:
     the fused kernel then skips the blocks above the diagonal and reads no mask, which made a
     1,500-token SmolLM2 prefill about 1.4x cheaper (``benchmarks/smollm_speed.py``).
     """
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # optional: the hf extra (torch, transformers)
 
     B, H, S, D = q.shape
     G = k.shape[1]
@@ -177,7 +177,7 @@ class _Net:
 
     def _extend(self, length: int) -> None:
         """RoPE tables (as transformers computes them) and key indices for ``length`` positions."""
-        import torch
+        import torch  # optional: the hf extra (torch, transformers)
 
         positions = torch.arange(length, device=self.device).float()
         angles = positions[:, None] * self.inv_freq[None, :]  # (P, D/2)
@@ -187,7 +187,7 @@ class _Net:
         self.key_index = torch.arange(length, device=self.device)
 
     def new_cache(self, rows: int, capacity: int) -> _Cache:
-        import torch
+        import torch  # optional: the hf extra (torch, transformers)
 
         shape = (rows, self.kv_heads, capacity, self.head_dim)
         zeros = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
@@ -200,8 +200,8 @@ class _Net:
         attends to its cache slots ``0..positions[b, s]``: slots before the new tokens must hold
         that row's earlier tokens (a prefill or a reused prefix).
         """
-        import torch
-        import torch.nn.functional as F
+        import torch  # optional: the hf extra (torch, transformers)
+        import torch.nn.functional as F  # optional: the hf extra (torch, transformers)
 
         B, S = ids.shape
         H, G, D = self.heads, self.kv_heads, self.head_dim
@@ -234,7 +234,7 @@ class _Net:
 
     def logits(self, hidden: Any) -> Any:
         """Next-token logits ``(B, V)`` (float32) from final hidden states ``(B, d)``."""
-        import torch.nn.functional as F
+        import torch.nn.functional as F  # optional: the hf extra (torch, transformers)
 
         return F.linear(_rms(hidden, self.norm, self.eps), self.lm_head).float()
 

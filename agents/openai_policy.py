@@ -161,7 +161,7 @@ class OpenAIPolicy:
             MissingDependencyError: If the ``openai`` package is not installed.
         """
         try:
-            import openai
+            import openai  # optional: the openai extra
         except ImportError as e:
             raise MissingDependencyError("openai", "openai") from e
         for name, value, low in (("timeout", timeout, 0), ("backoff", backoff, 0)):

@@ -26,6 +26,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.hf import _resolve_model_name
+from passkt.agents.smollm import SMOLLM2_ALIAS
+from passkt.agents.specs import parse_spec, resolve_factory
+
 __all__ = [
     "DTYPES",
     "MAX_BUDGET",
@@ -141,7 +145,7 @@ def check_device(device: str | None, flag: str = "--device") -> None:
     kind, index = match.group(1), match.group(2)
     if kind == "cpu":
         return
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     if kind == "mps":
         if not torch.backends.mps.is_available():
@@ -158,8 +162,6 @@ def check_device(device: str | None, flag: str = "--device") -> None:
 def check_model_folder(target: str) -> None:
     """Refuse an ``hf:``/``lean:`` target that names a missing folder or one without a model
     (a hub id ``org/name`` and the built-in alias are left to the loader)."""
-    from passkt.agents.hf import _resolve_model_name
-    from passkt.agents.smollm import SMOLLM2_ALIAS
 
     if target != SMOLLM2_ALIAS:
         _resolve_model_name(target)
@@ -177,7 +179,6 @@ def check_policy_spec(spec: str, *, trainable: bool = False) -> tuple[str, str]:
         ValueError: a malformed spec, a missing backend, an unusable URL or factory.
         FileNotFoundError: a model folder that does not exist or holds no ``config.json``.
     """
-    from passkt.agents.specs import parse_spec, resolve_factory
 
     kind, target = parse_spec(spec)
     if trainable and kind not in ("hf", "lean"):

@@ -20,7 +20,7 @@ def sample_rows(probs: Any, generators: Sequence[Any]) -> Any:
     """One token per row of ``probs`` ``(B, V)``, row ``b`` drawn with ``generators[b]`` alone:
     one uniform from each row's generator, inverted through the row's cumulative distribution
     (a tenth of the cost of one ``torch.multinomial`` call per row)."""
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     if len(generators) != probs.shape[0]:
         raise ValueError(f"{len(generators)} generators for {probs.shape[0]} rows")
@@ -43,7 +43,7 @@ def row_generators(seeds: Sequence[int], n: int, device: Any) -> list[Any]:
     Raises:
         ValueError: If a seed is negative (``SeedSequence`` takes non-negative entropy).
     """
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     generators = []
     for seed in seeds:

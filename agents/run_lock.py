@@ -54,7 +54,7 @@ class RunLock:
         """
         path = directory / LOCK_FILE
         try:
-            import fcntl
+            import fcntl  # optional: fcntl
         except ImportError:  # pragma: no cover - Windows
             logger.warning("no fcntl here: %s is not protected from a second writer", path)
             return cls(path, None)

@@ -114,7 +114,9 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     The weights are copied into a freshly built model (no GGUF or quantization settings are left
     in its config), so the result loads and trains like any checkpoint.
     """
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
+
+    # optional: the hf extra (torch, transformers)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

@@ -19,7 +19,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from passkt.agents.hf import HFPolicy
+from passkt.agents.lean import LeanPolicy
+from passkt.agents.openai_policy import OpenAIPolicy
 from passkt.agents.policy import Policy
+from passkt.agents.scripted import HeuristicPolicy, OraclePolicy
+from passkt.agents.vllm_policy import VLLMPolicy
 from passkt.envs.contract import NEUTRAL, AgentProtocol
 from passkt.envs.tasks import Task
 
@@ -130,35 +135,21 @@ def load_policy(
     if kind == "hf" and options.get("device") in (None, "cpu"):
         # On a CPU the lean loop keeps each episode's KV cache between turns and is faster at
         # every batch size; it samples with HFPolicy's own code, and other models fall back.
-        from passkt.agents.lean import LeanPolicy
-
         policy = LeanPolicy(target, **options)
     elif kind == "hf":
-        from passkt.agents.hf import HFPolicy
-
         policy = HFPolicy(target, **options)
     elif kind == "lean":
-        from passkt.agents.lean import LeanPolicy
-
         policy = LeanPolicy(target, **options)
     elif kind == "vllm":
-        from passkt.agents.vllm_policy import VLLMPolicy
-
         policy = VLLMPolicy(target, **options)
     elif kind == "openai":
-        from passkt.agents.openai_policy import OpenAIPolicy
-
         url, _, model = target.partition("#")
         policy = OpenAIPolicy(url, model, **options)
     elif target == "oracle":
-        from passkt.agents.scripted import OraclePolicy
-
         if tasks is None:
             raise ValueError("scripted:oracle needs the task list (load_policy(..., tasks=...)).")
         policy = OraclePolicy(tasks, **options)
     else:
-        from passkt.agents.scripted import HeuristicPolicy
-
         policy = HeuristicPolicy(**options)
     return policy
 

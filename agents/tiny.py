@@ -61,6 +61,7 @@ _QWEN2_SPLIT = (
 
 def _train_tokenizer(vocab_size: int):
     """A byte-level BPE (GPT-2/Qwen style) trained on ``_CORPUS`` plus the ChatML special tokens."""
+    # optional: the hf extra (torch, transformers)
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -113,8 +114,8 @@ def make_tiny_checkpoint(
     Raises:
         ValueError: If the sizes are inconsistent.
     """
-    import torch
-    from transformers import (
+    import torch  # optional: the hf extra (torch, transformers)
+    from transformers import (  # optional: the hf extra (torch, transformers)
         GenerationConfig,
         PreTrainedTokenizerFast,
         Qwen2Config,

@@ -23,7 +23,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.hf import chat_prompt_ids
 from passkt.agents.policy import Completion, Conversation, SamplingParams
+from passkt.agents.smollm import SMOLLM2_ALIAS, smollm2_path
 from passkt.envs.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
@@ -195,10 +197,9 @@ class VLLMPolicy:
             MissingDependencyError: If vLLM is not installed.
         """
         try:
-            import vllm
+            import vllm  # optional: the vllm extra (CUDA only)
         except ImportError as e:
             raise MissingDependencyError("vllm", "vllm") from e
-        from passkt.agents.smollm import SMOLLM2_ALIAS, smollm2_path
 
         self.spec = f"vllm:{model}"
         folder = smollm2_path() if str(model) == SMOLLM2_ALIAS else model
@@ -230,7 +231,6 @@ class VLLMPolicy:
         self, conversations: Sequence[Conversation], params: SamplingParams
     ) -> list[Completion]:
         """Sample ``params.n`` assistant turns per conversation (conversation-major)."""
-        from passkt.agents.hf import chat_prompt_ids
 
         prompts = [chat_prompt_ids(self.tokenizer, c, owner=self.spec) for c in conversations]
         return self.generate_ids(prompts, params)

@@ -47,7 +47,7 @@ _ENV_CLASSES = {
 def __getattr__(name: str) -> object:
     # The env classes load on first use, so that ``import passkt.envs`` stays light.
     if name in _ENV_CLASSES:
-        import importlib
+        import importlib  # optional: importlib
 
         return getattr(importlib.import_module(_ENV_CLASSES[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

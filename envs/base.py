@@ -42,6 +42,7 @@ from passkt.envs.retrieval import (
     global_corpus,
     resolve_fill,
 )
+from passkt.envs.scoring import score_answer
 from passkt.envs.spaces import ActionText, UnicodeText
 from passkt.envs.tasks import Category, Paragraph, Task, load_tasks
 
@@ -174,7 +175,6 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
 
 
 def _score(task: Task, prediction: str) -> tuple[bool, float, str | None]:
-    from passkt.envs.scoring import score_answer  # math-verify is imported on first answer only
 
     score = score_answer(task, prediction)
     return bool(score.correct), float(score.f1), score.note

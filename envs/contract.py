@@ -26,6 +26,7 @@ capability                    what it buys                              without 
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import logging
@@ -38,6 +39,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+import passkt.envs
 from passkt.envs.errors import PassktError
 
 logger = logging.getLogger(__name__)
@@ -220,9 +222,6 @@ def import_modules(names: Sequence[str], flag: str = "--import") -> None:
 
 def resolve_env_id(env_id: str) -> None:
     """Import the module of a ``module:Env-v0`` id and check the id is registered."""
-    import difflib
-
-    import passkt.envs
 
     module, sep, name = env_id.rpartition(":")
     if sep:
@@ -244,7 +243,7 @@ def constructor_arguments(env_id: str) -> tuple[frozenset[str], bool]:
     spec = gym.spec(env_id.rpartition(":")[2])  # gym.spec takes no "module:" prefix
     creator = spec.entry_point
     if isinstance(creator, str):
-        from gymnasium.envs.registration import load_env_creator
+        from gymnasium.envs.registration import load_env_creator  # optional: gymnasium
 
         creator = load_env_creator(creator)
     try:

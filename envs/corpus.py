@@ -56,6 +56,8 @@ from passkt.envs.retrieval import (
     title_key,
     tokenize,
 )
+from passkt.envs.sources.hotpotqa import parse_record, read_records
+from passkt.envs.sources.synthetic_world import build_world
 from passkt.envs.tasks import Paragraph, Task
 
 logger = logging.getLogger(__name__)
@@ -131,7 +133,6 @@ def corpus_fingerprint(paragraphs: Iterable[Paragraph]) -> str:
 
 def hotpotqa_paragraphs(path: str | os.PathLike[str]) -> list[Paragraph]:
     """Every paragraph of every record of a HotpotQA file (both types, both splits), in order."""
-    from passkt.envs.sources.hotpotqa import parse_record, read_records
 
     paragraphs: list[Paragraph] = []
     for label, record in read_records(path):
@@ -141,7 +142,7 @@ def hotpotqa_paragraphs(path: str | os.PathLike[str]) -> list[Paragraph]:
 
 def _bm25s() -> Any:
     try:
-        import bm25s
+        import bm25s  # start-up cost: bm25s, 0.2 s, for its backend only
     except ImportError as e:  # pragma: no cover - bm25s is a core dependency
         raise MissingDependencyError("bm25s", "all") from e
     return bm25s
@@ -331,7 +332,6 @@ class Corpus:
         world, so a larger ``scale`` adds distractor entities (same surnames, title words,
         cities) without losing any gold paragraph.
         """
-        from passkt.envs.sources.synthetic_world import build_world
 
         options.setdefault("source", f"synthetic:seed={seed},scale={scale}")
         return cls.build(build_world(seed, scale=scale).paragraphs, **options)

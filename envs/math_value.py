@@ -98,9 +98,16 @@ def _parse_whole(content: str) -> tuple[object, ...]:
     expression. math-verify's normalization, then latex2sympy on all of it: math-verify's own
     ``parse`` is not used, as it searches the text for anything parseable (an ``answer`` word
     followed by a fraction, the last part of ``a = b = c``, a leading number)."""
+    # start-up cost: latex2sympy, 0.3 s, for math answers only
     from latex2sympy2_extended import latex2sympy
+
+    # start-up cost: latex2sympy, 0.3 s, for math answers only
     from latex2sympy2_extended.math_normalization import normalize_latex
+
+    # start-up cost: math-verify, 0.3 s, for math answers only
     from math_verify import LatexExtractionConfig
+
+    # start-up cost: math-verify, 0.3 s, for math answers only
     from math_verify.grader import should_treat_as_complex
 
     try:
@@ -130,7 +137,7 @@ def math_equal_parsed(gold: ParsedMath, prediction: ParsedMath) -> bool:
     """
     if not gold.exprs or not prediction.exprs or gold.bases != prediction.bases:
         return False
-    from math_verify import verify
+    from math_verify import verify  # start-up cost: math-verify, 0.3 s, for math answers only
 
     for gold_expr in gold.exprs:
         for pred_expr in prediction.exprs:
@@ -158,7 +165,7 @@ def math_equal_parsed(gold: ParsedMath, prediction: ParsedMath) -> bool:
 
 def _too_costly(parsed: Iterable[object]) -> str | None:
     """Why a parsed answer is too costly to compare (huge numbers, high powers of sums), or None."""
-    from sympy import Basic, Pow
+    from sympy import Basic, Pow  # start-up cost: sympy, 0.25 s, for math answers only
 
     limit = float(MAX_MATH_DIGITS)
     for expr in parsed:
@@ -199,6 +206,7 @@ def _log10_bound(expr: object, limit: float) -> float:
 
     Walks the unevaluated tree only; returns ``inf`` as soon as the bound passes ``limit``.
     """
+    # start-up cost: sympy, 0.25 s, for math answers only
     from sympy import Basic, Float, Pow, Rational
 
     if isinstance(expr, Rational):  # includes Integer

@@ -28,6 +28,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from functools import lru_cache
+
+from passkt.envs.math_value import math_equal_parsed, parse_math
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +239,7 @@ def compare_math(
 def _limit_self(cpu_limit_s: float) -> None:
     """Backstop: SIGXCPU/SIGKILL from the kernel if the parent is gone and stops watching."""
     try:
-        import resource
+        import resource  # POSIX only
 
         used = resource.getrusage(resource.RUSAGE_SELF)
         spent = used.ru_utime + used.ru_stime
@@ -249,10 +252,7 @@ def _limit_self(cpu_limit_s: float) -> None:
 
 
 def _serve(cpu_limit_s: float) -> None:
-    import resource
-    from functools import lru_cache
-
-    from passkt.envs.math_value import math_equal_parsed, parse_math
+    import resource  # POSIX only
 
     try:
         _, hard = resource.getrlimit(resource.RLIMIT_AS)

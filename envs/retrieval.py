@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
+from rank_bm25 import BM25Okapi
 
 from passkt.envs.errors import MissingDependencyError
 from passkt.envs.tasks import Paragraph, Task
@@ -232,7 +233,6 @@ class RankBM25Retriever(_BM25Base):
 
     def __init__(self, paragraphs: Sequence[Paragraph], k1: float = 1.5, b: float = 0.75) -> None:
         super().__init__(paragraphs, k1, b)
-        from rank_bm25 import BM25Okapi
 
         corpus = [_document_tokens(p) for p in self.paragraphs]
         # BM25Okapi divides by the corpus size and the mean length: guard the degenerate corpora.
@@ -275,7 +275,7 @@ class BM25sRetriever(_BM25Base):
     ) -> None:
         super().__init__(paragraphs, k1, b)
         try:
-            import bm25s
+            import bm25s  # start-up cost: bm25s, 0.2 s, for its backend only
         except ImportError as e:  # pragma: no cover - bm25s is a core dependency
             raise MissingDependencyError("bm25s", "all") from e
         corpus = [_document_tokens(p) for p in self.paragraphs]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -109,7 +110,6 @@ def get_source(name: str) -> TaskSource:
             "Add your own with passkt.envs.register_source()."
         )
     module_name, _, attr = SOURCES[name].partition(":")
-    import importlib
 
     loader: TaskSource = getattr(importlib.import_module(module_name), attr)
     _LOADED[name] = loader

@@ -202,7 +202,7 @@ def _now(value: float | None) -> float:
 
 def _load_client_class() -> Any:
     try:
-        import wikipediaapi
+        import wikipediaapi  # optional: the wiki extra
     except ImportError as e:
         raise MissingDependencyError("wikipedia-api", "wiki") from e
     return wikipediaapi

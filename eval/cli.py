@@ -21,13 +21,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from passkt.agents.policy import SamplingParams
 from passkt.agents.preflight import MAX_BUDGET, check_resume, parse_grid
 from passkt.agents.redact import RedactingFilter, redact
-from passkt.agents.specs import parse_env_kwargs
+from passkt.agents.specs import parse_env_kwargs, parse_spec
+from passkt.agents.threads import apply_threads
 from passkt.envs.contract import import_modules
 from passkt.envs.errors import PassktError
+from passkt.eval.evaluate import DEFAULT_BUDGETS, env_info, evaluate
 from passkt.eval.manifest import MANIFEST_FILE
 from passkt.eval.reports import Report, write_comparison, write_report
+from passkt.eval.tables import surface_markdown
 
 __all__ = [
     "DEFAULT_ENV",
@@ -233,9 +237,6 @@ def _absolute_paths(env_kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from passkt.agents.policy import SamplingParams
-    from passkt.agents.specs import parse_spec
-    from passkt.eval.evaluate import DEFAULT_BUDGETS, env_info, evaluate
 
     import_modules(args.imports or ())
     kind, _ = parse_spec(args.policy)
@@ -294,8 +295,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     if args.no_report:
-        from passkt.eval.tables import surface_markdown
-
         print(surface_markdown(run.surface))
         return 0
     report = write_report(out, ks=ks)
@@ -598,7 +597,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     for handler in logging.getLogger().handlers:  # no secret in any log line
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
-    from passkt.agents.threads import apply_threads
 
     apply_threads(args.threads, jobs=int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     try:

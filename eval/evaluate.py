@@ -43,10 +43,13 @@ from passkt.agents.preflight import (
     check_policy_spec,
 )
 from passkt.agents.rollout import RolloutStats, protocol_params, rollout
+from passkt.agents.specs import PolicyContext, load_policy
 from passkt.envs.contract import (
+    NEUTRAL,
     SEED_TASKS,
     EnvContract,
     check_replay,
+    inspect_env,
     resolve_env_id,
     seed_task_ids,
     task_seed,
@@ -145,7 +148,6 @@ def env_info(
     Raises:
         ValueError: for an unknown env id, bad kwargs, or a capability passkt cannot use.
     """
-    from passkt.envs.contract import inspect_env
 
     kwargs = _env_kwargs(env_kwargs, split)
     kwargs.pop("split")
@@ -384,9 +386,6 @@ def evaluate(
         if store is not None:
             manifest = store.manifest
         if isinstance(policy, str):
-            from passkt.agents.specs import PolicyContext, load_policy
-            from passkt.envs.contract import NEUTRAL
-
             context = PolicyContext(
                 env_id=env_id,
                 env_kwargs=dict(env_kwargs or {}),

@@ -13,6 +13,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from passkt.eval.analysis.boundary_report import boundary_summary
+from passkt.eval.boundary import boundary_size_interval
+from passkt.eval.estimator import default_ks, surface
+from passkt.eval.noise import findings, noise_floor
+from passkt.eval.stats import (
+    bootstrap_surface,
+    boundary_comparison,
+    boundary_difference,
+    compare,
+    surface_interval,
+    venn,
+)
+from passkt.eval.store import escape_surrogates, load_run
+from passkt.eval.tables import (
+    boundary_difference_markdown,
+    boundary_markdown,
+    comparison_csv,
+    comparison_json,
+    comparison_markdown,
+    surface_markdown,
+    venn_csv,
+    venn_markdown,
+    write_surface_tables,
+)
+
 __all__ = ["METHOD_NOTE", "Report", "write_comparison", "write_report"]
 
 METHOD_NOTE = (
@@ -45,7 +70,6 @@ def _slug(text: str) -> str:
 
 
 def _boundary_markdown(table: Any, level: float = 0.95) -> str:
-    from passkt.eval.boundary import boundary_size_interval
 
     header = "| T | " + " | ".join(str(t) for t in table.budgets) + " |"
     rule = "|---:|" + "|".join("---:" for _ in table.budgets) + "|"
@@ -76,10 +100,10 @@ def write_report(
     Writes ``surface.{md,csv,json}``, ``boundary.md``, ``heatmap.{png,svg}``,
     ``pass_curves.{png,svg}`` and ``report.md`` into ``out_dir`` (default ``RUN_DIR/report``).
     """
-    from passkt.eval.estimator import surface
-    from passkt.eval.plots import plot_pass_curves, plot_surface_heatmap
-    from passkt.eval.store import load_run
-    from passkt.eval.tables import surface_markdown, write_surface_tables
+    from passkt.eval.plots import (  # start-up cost: matplotlib, 0.35 s, for figures only
+        plot_pass_curves,
+        plot_surface_heatmap,
+    )
 
     manifest, table = load_run(run_dir, partial=partial)
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "report"
@@ -104,7 +128,6 @@ def write_report(
 
 
 def _surface_ci(surf: Any, table: Any, method: str, n_boot: int, level: float, seed: int) -> Any:
-    from passkt.eval.stats import bootstrap_surface, surface_interval
 
     if method == "bootstrap":
         return bootstrap_surface(surf, n_boot=n_boot, level=level, seed=seed)
@@ -128,8 +151,6 @@ def _floor(
     peers: Sequence[str | Path] = (),
 ) -> Any:
     """The noise floor of the reference, its repeats and its peers (``None`` without either)."""
-    from passkt.eval.noise import noise_floor
-    from passkt.eval.store import load_run
 
     if not repeats and not peers:
         return None
@@ -186,7 +207,6 @@ def _run_names(run_dirs: Sequence[Path], manifests: Sequence[dict], names: Seque
             chosen = [d.resolve().name for d in run_dirs]
     if len(set(chosen)) != len(chosen):
         raise ValueError(f"runs need distinct names, got {chosen}; pass --names a,b,...")
-    from passkt.eval.store import escape_surrogates
 
     return [escape_surrogates(name) for name in chosen]
 
@@ -219,21 +239,8 @@ def write_comparison(
     paired bootstrap CI, crossover k, whether the gap widens) and ``boundary_<b>_vs_<a>.md``;
     for all runs: ``pass_curves.{png,svg}`` and, for 2 or 3 runs, ``venn.{md,csv,png,svg}``.
     """
-    from passkt.eval.analysis.boundary_report import boundary_summary
-    from passkt.eval.estimator import default_ks, surface
-    from passkt.eval.noise import findings
+    # start-up cost: matplotlib, 0.35 s, for figures only
     from passkt.eval.plots import plot_boundary_venn, plot_gap, plot_pass_curves
-    from passkt.eval.stats import boundary_comparison, boundary_difference, compare, venn
-    from passkt.eval.store import load_run
-    from passkt.eval.tables import (
-        boundary_difference_markdown,
-        boundary_markdown,
-        comparison_csv,
-        comparison_json,
-        comparison_markdown,
-        venn_csv,
-        venn_markdown,
-    )
 
     dirs = [Path(d) for d in run_dirs]
     if len(dirs) < 2:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from passkt.agents.preflight import missing_top, remove_created
+from passkt.agents.run_lock import LOCK_FILE, RunLock
 from passkt.eval.chunk_digests import (
     DIGESTS_FILE,
     INTEGRITY,
@@ -65,7 +66,6 @@ from passkt.eval.run_integrity import (
     escape_surrogates,
     field_digests,
 )
-from passkt.agents.run_lock import LOCK_FILE, RunLock
 from passkt.eval.transcripts import (
     TRANSCRIPTS_FILE,
     append_lines,

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name in _TRAINERS:
-        import importlib
+        import importlib  # optional: importlib
 
         return getattr(importlib.import_module(_TRAINERS[name]), name)
     raise AttributeError(f"module 'passkt' has no attribute {name!r}")

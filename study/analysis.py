@@ -13,6 +13,15 @@ from typing import Any
 
 import numpy as np
 
+from passkt.eval.analysis.common import load_records
+from passkt.eval.analysis.diversity import diversity_markdown, query_overlap, run_diversity
+from passkt.eval.analysis.perplexity import load_scorer, run_perplexity
+from passkt.eval.boundary import boundary_comparison, boundary_difference, boundary_set, venn
+from passkt.eval.estimator import surface
+from passkt.eval.noise import findings, noise_floor
+from passkt.eval.reports import write_comparison, write_report
+from passkt.eval.stats import compare
+from passkt.eval.store import load_run
 from passkt.study.profile import StudyError
 from passkt.study.stages import Study, floor_names, run_name
 
@@ -38,7 +47,6 @@ def _load_tables(study: Study, cat: str, seed: int) -> dict[str, Any]:
 
 def _eval_table(study: Study, cat: str, folder: Path) -> Any:
     """One evaluation's outcome table, checked to be on exactly the category's eval split."""
-    from passkt.eval.store import load_run
 
     _, table = load_run(folder)
     if list(table.task_ids) != study.task_ids(cat, "eval"):
@@ -51,7 +59,6 @@ def _eval_table(study: Study, cat: str, folder: Path) -> Any:
 
 def make_comparison(study: Study, cat: str, seed: int) -> dict[str, Any]:
     """Gap tables and figures, Venn regions, surfaces of each run, and ``metrics.json``."""
-    from passkt.eval.reports import write_comparison, write_report
 
     stats = study.profile["stats"]
     out = study.compare_dir(cat, seed)
@@ -75,10 +82,6 @@ def make_comparison(study: Study, cat: str, seed: int) -> dict[str, Any]:
 def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
     """The numbers the seed-aggregate table needs, at (k = 1 and k = n, T_max), with the noise
     floor of the repeated base evaluations and which differences lie outside it."""
-    from passkt.eval.boundary import boundary_comparison, boundary_difference, boundary_set, venn
-    from passkt.eval.estimator import surface
-    from passkt.eval.noise import findings, noise_floor
-    from passkt.eval.stats import compare
 
     tables = _load_tables(study, cat, seed)
     t_max = max(set.intersection(*(set(t.budgets) for t in tables.values())))
@@ -195,8 +198,6 @@ def make_analysis(study: Study, cat: str, seed: int) -> dict[str, Any]:
 
 
 def _diversity(study: Study, runs: dict[str, Path], seed: int, t_max: int) -> tuple:
-    from passkt.eval.analysis.common import load_records
-    from passkt.eval.analysis.diversity import diversity_markdown, query_overlap, run_diversity
 
     stats = study.profile["stats"]
     diversities, overlaps, summary, overlap_summary = [], [], {}, {}
@@ -231,7 +232,6 @@ def _diversity(study: Study, runs: dict[str, Path], seed: int, t_max: int) -> tu
 
 def _perplexity(study: Study, runs: dict[str, Path], seed: int, t_max: int) -> tuple:
     """The base model's perplexity of each chosen run's successful trajectories, by segment."""
-    from passkt.eval.analysis.perplexity import load_scorer, run_perplexity
 
     settings, stats = study.profile["analyze"], study.profile["stats"]
     scorer_spec = f"hf:{study.base_model()}"

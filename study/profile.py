@@ -17,18 +17,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.preflight import MAX_BUDGET, check_grid
+from passkt.agents.train.config import GRPOConfig, SFTConfig
+from passkt.envs.contract import import_modules
+from passkt.study.testbed.pretrain import PretrainConfig
+
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # pragma: no cover - the project runs on 3.11 here
-    try:
-        import tomli as tomllib
-    except ImportError as e:
-        raise ImportError("Python < 3.11 needs `pip install tomli` to read profiles") from e
+else:  # pragma: no cover - the project runs on 3.11 here; tomli is a dependency before 3.11
+    import tomli as tomllib
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 PROFILE_FILE = "profile.json"
-from passkt.agents.preflight import MAX_BUDGET, check_grid  # noqa: E402
-from passkt.envs.contract import import_modules  # noqa: E402  (after the tomllib fallback)
 
 CATEGORY_ENVS = {"A": "Math-v0", "B": "ComparisonQA-v0", "C": "BridgeQA-v0"}
 """The study's categories: pure math, independent retrieval, sequential retrieval."""
@@ -273,7 +273,6 @@ def _check_floor_seeds(profile: Mapping[str, Any], where: str) -> None:
                 "e.g. base.floor_models = {1 = 'runs/cal/p1/model-9000'}"
             )
         return
-    from passkt.study.testbed.pretrain import PretrainConfig
 
     own = pretrain.get("seed", PretrainConfig.seed)
     if len(set(seeds)) != len(seeds) or own in seeds:
@@ -320,8 +319,6 @@ def _check_base(base: Mapping[str, Any], where: str) -> None:
             "{1 = 'runs/cal/p1/model-9000'}"
         )
     if "pretrain" in base:
-        from passkt.study.testbed.pretrain import PretrainConfig
-
         if "output_dir" in base["pretrain"]:
             raise StudyError(f"{where}: base.pretrain.output_dir is set by the pipeline (OUT/base)")
         try:
@@ -353,7 +350,6 @@ def trainer_fields(profile: Mapping[str, Any], method: str, cat: str) -> dict[st
 
 
 def _check_trainer(profile: Mapping[str, Any], method: str, where: str) -> None:
-    from passkt.agents.train.config import GRPOConfig, SFTConfig
 
     cls = GRPOConfig if method == "grpo" else SFTConfig
     for cat in profile["categories"]:

@@ -18,7 +18,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from passkt.study.stages import ROLES, Study, floor_names, read_done, run_name
+from PIL import Image
+
+from passkt.eval.estimator import surface
+from passkt.eval.stats import bootstrap_surface, surface_interval
+from passkt.eval.store import load_run
+from passkt.study.stages import ROLES, STAGES, Study, floor_names, read_done, run_name
 
 
 def make_report(study: Study) -> dict[str, Any]:
@@ -164,9 +169,6 @@ def _targets(study: Study) -> str:
     """Every evaluation of the base (and of the recipe's other pretraining seeds) against the
     regime the profile aims at (``[targets.CAT]``, stated before training): pass@1 and
     pass@(n, T_max) with their CIs (both variance sources), one row per evaluation."""
-    from passkt.eval.estimator import surface
-    from passkt.eval.stats import surface_interval
-    from passkt.eval.store import load_run
 
     targets, level = study.profile["targets"], study.profile["stats"]["level"]
     own_seed = base_pretrain_seed(study.profile["base"])
@@ -431,10 +433,9 @@ def _training_table(study: Study, cat: str) -> str:
 
 def _seed_figure(study: Study, cat: str) -> str:
     """Pass curves at T_max of base and every seed's SFT and RL, with CI bands."""
-    from passkt.eval.estimator import surface
-    from passkt.eval.plots import plot_pass_curves
-    from passkt.eval.stats import bootstrap_surface
-    from passkt.eval.store import load_run
+    from passkt.eval.plots import (
+        plot_pass_curves,  # start-up cost: matplotlib, 0.35 s, for figures only
+    )
 
     t_max = max(study.budgets(cat))
     folders = [study.eval_dir(cat, "base")]
@@ -497,7 +498,6 @@ def compact_png(path: Path, width: int = REPORT_WIDTH) -> None:
     """Shrink a figure in place to at most ``width`` pixels wide, with a 256-colour palette,
     so a report folder (75 figures for three categories and seeds) stays small enough to commit.
     """
-    from PIL import Image
 
     with Image.open(path) as image:
         image.load()
@@ -571,7 +571,6 @@ def _cost(study: Study) -> str:
 
 def stage_order(stage: str) -> int:
     """A stage's place in the pipeline (unknown stages last): the order of cost tables."""
-    from passkt.study.stages import STAGES
 
     return STAGES.index(stage) if stage in STAGES else len(STAGES)
 

@@ -22,10 +22,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.policy import SamplingParams
+from passkt.agents.train.config import GRPOConfig, SFTConfig
+from passkt.envs.contract import task_records
+from passkt.eval.estimator import default_ks
+from passkt.eval.evaluate import env_info, evaluate
 from passkt.study.profile import StudyError, trainer_fields
+from passkt.study.testbed.pretrain import PretrainConfig, pretrain
 
 STAGES = (
     "splits",
@@ -129,7 +136,6 @@ class Study:
 
     def ks(self, cat: str | None = None) -> tuple[int, ...]:
         """The k grid (up to the category's n, which is always on it: pass@n is the boundary)."""
-        from passkt.eval.estimator import default_ks
 
         n = self.n(cat)
         ks = tuple(k for k in self.profile["eval"]["ks"] if k <= n)
@@ -201,8 +207,6 @@ class Unit:
 
 def make_splits(study: Study, cat: str) -> dict[str, Any]:
     """The first ``limit_eval`` test and ``limit_train`` train tasks of the category's env."""
-    from passkt.envs.contract import task_records
-    from passkt.eval.evaluate import env_info
 
     env_id, kwargs = study.env(cat)
     parts = {"eval": ("test", study.profile["limit_eval"]), "train": ("train", None)}
@@ -268,7 +272,6 @@ def make_base(study: Study, pretrain_seed: int | None = None) -> dict[str, Any]:
         if pretrain_seed is None:
             return {"model": base["model"]}
         return {"model": base["floor_models"][str(pretrain_seed)]}
-    from passkt.study.testbed.pretrain import PretrainConfig, pretrain
 
     fields = {**base["pretrain"], "output_dir": str(study.base_dir)}
     if pretrain_seed is not None:
@@ -299,8 +302,6 @@ def make_eval(
     ``repeat`` r > 0 evaluates the base again with evaluation seed ``eval.seed + r``;
     ``pretrain_seed`` evaluates the base recipe pretrained with that seed instead (the floor).
     """
-    from passkt.agents.policy import SamplingParams
-    from passkt.eval.evaluate import evaluate
 
     ev = study.profile["eval"]
     if role == "base":
@@ -348,7 +349,6 @@ def make_eval(
 
 def train_config(study: Study, method: str, cat: str, seed: int) -> Any:
     """The trainer config of one run: the profile's fields plus what the pipeline fixes."""
-    from passkt.agents.train.config import GRPOConfig, SFTConfig
 
     fields = trainer_fields(study.profile, method, cat)
     if not study.has_tools(cat):
@@ -373,21 +373,19 @@ def train_config(study: Study, method: str, cat: str, seed: int) -> Any:
 
 def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, Any]:
     """Train SFT, GRPO or RFT from the base on the category's train split (resuming)."""
-    from passkt.agents.train.checkpoint import latest_checkpoint
+    from passkt.agents.train.checkpoint import latest_checkpoint  # start-up cost: torch, 1 s
 
     config = train_config(study, method, cat, seed)
     if method in ("sft", "rft"):  # rft: train_config set expert = "self"
-        from passkt.agents.train.sft import train_sft as train
+        from passkt.agents.train.sft import train_sft as train  # start-up cost: torch, 1 s
     elif study.profile["train"]["backend"] == "trl":  # TRL's GRPOTrainer through the adapter
-        from functools import partial
-
-        from passkt.agents.train.trl import train_grpo_trl
+        from passkt.agents.train.trl import train_grpo_trl  # start-up cost: torch, 1 s
 
         train = partial(train_grpo_trl, **study.profile["train"]["trl"])  # e.g. use_vllm = true
     else:
-        from passkt.agents.train.grpo import train_grpo as train
+        from passkt.agents.train.grpo import train_grpo as train  # start-up cost: torch, 1 s
     if method == "rft":
-        from passkt.agents.train.sft import NoSuccessfulSamples
+        from passkt.agents.train.sft import NoSuccessfulSamples  # start-up cost: torch, 1 s
 
         try:
             result = train(config, resume=True)

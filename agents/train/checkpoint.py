@@ -96,6 +96,7 @@ def merged_lora_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
     Out of place (the live model keeps its separate adapter), so saving a checkpoint never
     perturbs training: merging and unmerging in place would round the base weights.
     """
+    # optional: the hf extra (torch, transformers)
     from peft.tuners.lora import Linear as LoraLinear
 
     base = peft_model.get_base_model()
@@ -227,8 +228,8 @@ def state_files_exist(folder: Path, name: str) -> bool:
 
 def load_adapter(peft_model: Any, folder: Path) -> None:
     """Load a checkpoint's LoRA adapter weights into a peft model built with the same config."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
+    from peft import set_peft_model_state_dict  # optional: the hf extra (torch, transformers)
+    from safetensors.torch import load_file  # optional: the hf extra (torch, transformers)
 
     path = folder / ADAPTER_DIR / "adapter_model.safetensors"
     if not path.is_file():

@@ -17,8 +17,10 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
+from passkt.agents.preflight import check_resume
 from passkt.agents.specs import parse_env_kwargs
 from passkt.agents.train.config import GRPOConfig, SFTConfig, TrainConfig, field_docs, plain
+from passkt.envs.contract import import_modules, inspect_env
 
 _RENAMED = {"env_id": "--env", "output_dir": "--out", "imports": "--import"}
 """Fields whose flag is named like ``passkt eval``'s rather than after the field."""
@@ -153,7 +155,6 @@ def _check_env(config: TrainConfig) -> None:
     """Inspect the env as ``passkt eval`` does (``passkt.envs.contract.inspect_env``: the
     ``--import`` modules, which constructor arguments it takes, text on its first task) and fail
     in one line before the model, which may take minutes to load, is loaded."""
-    from passkt.envs.contract import import_modules, inspect_env
 
     import_modules(config.imports)
     kwargs = {k: v for k, v in config.env_kwargs.items() if k != "split"}
@@ -168,17 +169,16 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     resume = bool(getattr(args, "resume", False))
     if resume:  # before the env and the model; the library's resume=True may also start a run
-        from passkt.agents.preflight import check_resume
-        from passkt.agents.train.loop import holds_training_run
+        from passkt.agents.train.loop import holds_training_run  # start-up cost: torch, 1 s
 
         check_resume(config.output_dir, holds_training_run)
     _check_env(config)
     if isinstance(config, GRPOConfig):
-        from passkt.agents.train.grpo import train_grpo
+        from passkt.agents.train.grpo import train_grpo  # start-up cost: torch, 1 s
 
         result = train_grpo(config, resume=resume)
     else:
-        from passkt.agents.train.sft import train_sft
+        from passkt.agents.train.sft import train_sft  # start-up cost: torch, 1 s
 
         result = train_sft(config, resume=resume)
     if result.checkpoint is not None:

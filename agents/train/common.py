@@ -8,6 +8,7 @@ its gradients, and only the main process writes metrics and checkpoints.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,10 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from passkt.agents.hf import HFPolicy
 from passkt.agents.policy import SamplingParams
+from passkt.agents.rollout import rollout
 from passkt.agents.train.checkpoint import ADAPTER_DIR, load_adapter
 from passkt.agents.train.config import TrainConfig, policy_path
 from passkt.agents.train.losses import token_logprobs
+from passkt.envs.contract import TaskRef, import_modules, inspect_env, task_records, task_seed
 from passkt.envs.tasks import Task
 
 logger = logging.getLogger(__name__)
@@ -56,13 +60,6 @@ def load_task_list(
     env without a task list (seed tasks, see ``passkt.envs.contract``). Imports
     ``config.imports`` first, so a user's env is registered in every process.
     """
-    from passkt.envs.contract import (
-        TaskRef,
-        import_modules,
-        inspect_env,
-        task_records,
-        task_seed,
-    )
 
     import_modules(config.imports)
     kwargs = dict(config.env_kwargs)
@@ -154,7 +151,6 @@ def load_model(
             (LoRA, loaded onto the base model) replace the starting ones.
         trainable: False gives a frozen copy of the starting policy (the KL reference).
     """
-    from passkt.agents.hf import HFPolicy
 
     dtype = str(resolve_dtype(config.dtype)).removeprefix("torch.")
     source: Any = policy_path(config.policy)
@@ -179,7 +175,7 @@ def load_model(
 
 
 def _wrap_lora(model: Any, config: TrainConfig) -> Any:
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, get_peft_model  # optional: the hf extra (torch, transformers)
 
     targets = config.lora_target_modules
     lora = LoraConfig(
@@ -220,7 +216,7 @@ def make_optimizer(model: Any, config: TrainConfig, steps: int) -> tuple[Any, An
 
 def make_accelerator() -> Any:
     """An ``Accelerator`` on the GPUs if there are any, else on the CPU (gloo for several)."""
-    from accelerate import Accelerator
+    from accelerate import Accelerator  # optional: the hf extra (torch, transformers)
 
     return Accelerator(cpu=not torch.cuda.is_available())
 
@@ -320,7 +316,6 @@ def sequence_logprobs(model: Any, batch: TokenBatch, temperature: float = 1.0) -
 
 def _accepts_logits_to_keep(model: Any) -> bool:
     """Whether the causal LM under any DDP / peft wrappers takes ``logits_to_keep``."""
-    import inspect
 
     inner = getattr(model, "module", model)  # DistributedDataParallel
     if hasattr(inner, "get_base_model"):  # peft
@@ -372,7 +367,6 @@ def evaluate(
     seed: int = 0,
 ) -> dict[str, float]:
     """Greedy pass@1 at budget ``t_train`` on ``tasks`` (sharded over processes)."""
-    from passkt.agents.rollout import rollout
 
     local = shard([t.task_id for t in tasks], accelerator.process_index, accelerator.num_processes)
     sums = {"correct": 0.0, "episodes": 0.0, "tool_calls": 0.0}

@@ -13,9 +13,15 @@ way.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import difflib
+import inspect
+import itertools
 import json
 import math
+import textwrap
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +29,7 @@ from typing import Any, Literal
 
 from passkt.agents.policy import SamplingParams
 from passkt.agents.preflight import MAX_BUDGET
+from passkt.envs.tasks import Task
 
 FineTune = Literal["full", "lora"]
 Precision = Literal["float32", "bfloat16", "float16", "auto"]
@@ -188,7 +195,6 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
         """Build a config from a dict, naming unknown keys (with close matches) as errors."""
-        import difflib
 
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
@@ -372,7 +378,6 @@ def _non_negative(config: object, *names: str) -> None:
 
 def _check_literals(config: object) -> None:
     """Check every ``Literal`` field against its allowed values."""
-    import typing
 
     hints = typing.get_type_hints(type(config))
     for f in dataclasses.fields(config):  # type: ignore[arg-type]
@@ -385,7 +390,6 @@ def _check_literals(config: object) -> None:
 
 
 def _jsonable(value: Any) -> Any:
-    from passkt.envs.tasks import Task
 
     if isinstance(value, Task):
         return value.task_id
@@ -405,10 +409,6 @@ def plain(text: str) -> str:
 
 def field_docs(cls: type) -> dict[str, str]:
     """Each field's docstring (the string literal under it in the class body), for ``--help``."""
-    import ast
-    import inspect
-    import itertools
-    import textwrap
 
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from passkt.agents.hf import HFPolicy
+from passkt.agents.lean import LeanPolicy
 from passkt.agents.model_files import check_model_files
 from passkt.agents.preflight import (
     check_dtype,
@@ -43,8 +45,9 @@ from passkt.agents.train.common import (
     make_optimizer,
     total_steps,
 )
-from passkt.agents.train.config import TrainConfig, rollout_backend
+from passkt.agents.train.config import TrainConfig, policy_path, rollout_backend
 from passkt.agents.train.report import MetricsLogger
+from passkt.agents.train.vllm_sync import VLLMTrainingPolicy
 from passkt.envs.errors import PassktError
 
 logger = logging.getLogger(__name__)
@@ -190,12 +193,9 @@ class TrainingRun:
             per_step: Items per optimizer step over all processes.
             optimizer_steps_per_step: Optimizer updates per step (GRPO's ``num_iterations``).
         """
-        from passkt.agents.hf import HFPolicy
 
         policy_class = HFPolicy
         if rollout_backend(self.config.policy) == "lean":
-            from passkt.agents.lean import LeanPolicy
-
             policy_class = LeanPolicy
         config, accelerator = self.config, self.accelerator
         if per_step % accelerator.num_processes:
@@ -339,8 +339,6 @@ class TrainingRun:
 def _vllm_policy(config: TrainConfig, rank: int) -> Any:
     """The colocated vLLM engine of ``rollout_engine="vllm"`` (see ``vllm_sync``), started from
     the initial weights (``plan`` syncs it at once when resuming)."""
-    from passkt.agents.train.config import policy_path
-    from passkt.agents.train.vllm_sync import VLLMTrainingPolicy
 
     return VLLMTrainingPolicy(
         policy_path(config.policy),

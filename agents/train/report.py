@@ -28,6 +28,7 @@ class TensorBoardSink(Sink):
 
     def __init__(self, output_dir: Path) -> None:
         try:
+            # optional: the hf extra (torch, transformers)
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:
             raise ImportError(
@@ -50,7 +51,7 @@ class WandbSink(Sink):
 
     def __init__(self, output_dir: Path, config: Mapping[str, Any] | None = None) -> None:
         try:
-            import wandb
+            import wandb  # optional: the wandb extra
         except ImportError as e:
             raise ImportError(
                 "report_to=wandb needs the wandb package: pip install wandb "
@@ -100,9 +101,9 @@ class MetricsCallback:
 
 def make_callback(output_dir: Path, report_to: Sequence[str], config: Mapping[str, Any]) -> Any:
     """The ``TrainerCallback`` described in ``MetricsCallback`` (only the main process writes)."""
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # optional: the hf extra (torch, transformers)
 
-    from passkt.agents.train.checkpoint import truncate_metrics
+    from passkt.agents.train.checkpoint import truncate_metrics  # start-up cost: torch, 1 s
 
     class _Callback(TrainerCallback, MetricsCallback):
         def __init__(self) -> None:

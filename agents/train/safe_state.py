@@ -39,7 +39,7 @@ def save_state(state: Any, folder: Path, name: str) -> None:
     Raises:
         TypeError: for a value of another type (the message gives its path in the state).
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # optional: the hf extra (torch, transformers)
 
     tensors: dict[str, torch.Tensor] = {}
     structure = _encode(state, tensors, "state")
@@ -57,7 +57,7 @@ def load_state(folder: Path, name: str) -> Any:
     Raises:
         UnsafeStateError: when a file is missing or does not have the expected form.
     """
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # optional: the hf extra (torch, transformers)
 
     structure_path, tensor_path = state_files(folder, name)
     if not structure_path.is_file() or not tensor_path.is_file():

@@ -29,7 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from passkt.agents.policy import Message
+from passkt.agents.policy import Message, SamplingParams
+from passkt.agents.rollout import rollout
+from passkt.agents.scripted import OraclePolicy
+from passkt.agents.specs import PolicyContext, load_policy, resolve_factory
 from passkt.agents.train.common import (
     TokenSequence,
     collate,
@@ -42,6 +45,8 @@ from passkt.agents.train.common import (
 from passkt.agents.train.config import SFTConfig
 from passkt.agents.train.loop import Timer, TrainingRun, TrainResult
 from passkt.agents.train.losses import policy_nll
+from passkt.envs.contract import inspect_env
+from passkt.envs.errors import DatasetFormatError
 from passkt.envs.tasks import Task
 
 logger = logging.getLogger(__name__)
@@ -92,8 +97,6 @@ def build_expert_dataset(
         tasks: The tasks (default: ``load_task_list`` of the config).
         seed: Rollout seed (default: ``config.seed``).
     """
-    from passkt.agents.rollout import rollout
-    from passkt.agents.scripted import OraclePolicy
 
     if tasks is None:
         tasks = expert_tasks(config)
@@ -127,9 +130,6 @@ def build_self_dataset(config: SFTConfig, *, seed: int | None = None) -> list[Ex
     sample order. Tasks it never solves contribute nothing, so the set is the base's own
     successes, on the same problems as the expert data.
     """
-    from passkt.agents.policy import SamplingParams
-    from passkt.agents.rollout import rollout
-    from passkt.agents.specs import load_policy
 
     tasks = load_task_list(config, config.split, task_ids=config.task_ids, limit=config.limit)
     options = {"batch_size": config.generation_batch_size}
@@ -171,10 +171,6 @@ def build_agent_dataset(
     config's training tasks, one sample per task at budget T_train, tokenized with the trained
     model's chat template. The factory gets the env's ``PolicyContext``, as under ``passkt eval``.
     """
-    from passkt.agents.rollout import rollout
-    from passkt.agents.specs import PolicyContext, load_policy
-    from passkt.envs.contract import inspect_env
-
     tasks = load_task_list(config, config.split, task_ids=config.task_ids, limit=config.limit)
     kwargs = {k: v for k, v in config.env_kwargs.items() if k != "split"}
     contract = inspect_env(config.env_id, kwargs, config.split)
@@ -228,7 +224,6 @@ def save_expert_dataset(examples: Sequence[ExpertExample], path: str | Path) -> 
 
 def load_expert_dataset(path: str | Path) -> list[ExpertExample]:
     """Read a JSONL written by ``save_expert_dataset`` (or by hand in the same format)."""
-    from passkt.envs.errors import DatasetFormatError
 
     examples = []
     lines = Path(path).read_text().splitlines()
@@ -275,8 +270,6 @@ def train_sft(config: SFTConfig, *, resume: bool = False) -> TrainResult:
     oracle = config.data_path is None and config.expert == "oracle"
     tasks = expert_tasks(config) if oracle else None
     if config.data_path is None and config.expert.startswith("py:"):
-        from passkt.agents.specs import resolve_factory
-
         resolve_factory(config.expert)  # a bad agent fails before the run folder exists
     run = TrainingRun.start(config, resume=resume)
     with run:  # releases the writer lock however the run ends

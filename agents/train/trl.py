@@ -44,9 +44,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.env_runtime import EnvRunner
+from passkt.agents.hf import HFPolicy
 from passkt.agents.rollout import Episode, rollout
 from passkt.agents.train.common import env_kwargs_for, load_task_list, step_seed
-from passkt.agents.train.config import GRPOConfig
+from passkt.agents.train.config import GRPOConfig, policy_path
+from passkt.agents.train.loop import TrainResult
+from passkt.agents.train.report import make_callback
+from passkt.agents.train.trl_vllm import trl_vllm_policy
 from passkt.envs.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
@@ -65,7 +70,6 @@ def task_rows(config: GRPOConfig) -> list[dict[str, Any]]:
     prompts; the rollout itself re-renders the prompt from the env, so the text here is for TRL's
     logs and for reward functions.
     """
-    from passkt.agents.env_runtime import EnvRunner
 
     tasks = load_task_list(config, config.split, task_ids=config.task_ids, limit=config.limit)
     # The rollout's own runner: the env's protocol renders the prompt (a plain env has no
@@ -86,7 +90,7 @@ def task_rows(config: GRPOConfig) -> list[dict[str, Any]]:
 def build_dataset(config: GRPOConfig) -> Any:
     """The TRL training dataset of ``config``'s tasks (a ``datasets.Dataset``)."""
     try:
-        from datasets import Dataset
+        from datasets import Dataset  # optional: the hub extra
     except ImportError as e:
         raise MissingDependencyError("datasets", "trl") from e
     return Dataset.from_list(task_rows(config))
@@ -286,13 +290,9 @@ class PassktRollout:
         """The trainer's current policy: TRL's vLLM engine when it uses one, else its model
         (gathered for generation under DeepSpeed ZeRO-3, as TRL's own generation does)."""
         if getattr(trainer, "use_vllm", False):
-            from passkt.agents.train.trl_vllm import trl_vllm_policy
-
             yield trl_vllm_policy(trainer)
             return
-        from trl.models import unwrap_model_for_generation
-
-        from passkt.agents.hf import HFPolicy
+        from trl.models import unwrap_model_for_generation  # optional: the trl extra
 
         wrapped = getattr(trainer, "model_wrapped", None) or trainer.model
         with unwrap_model_for_generation(wrapped, trainer.accelerator) as model:
@@ -353,7 +353,7 @@ def trl_args(config: GRPOConfig, world_size: int = 1, **overrides: Any) -> dict[
             f"of {config.micro_batch_size} on {world_size} process(es); make micro_batch_size "
             "divide the episodes per process."
         )
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     args: dict[str, Any] = {
         "output_dir": config.output_dir,
@@ -398,7 +398,7 @@ def lora_config(config: GRPOConfig) -> Any:
     """The peft ``LoraConfig`` of ``config`` (None for full fine-tuning)."""
     if config.finetune != "lora":
         return None
-    from peft import LoraConfig
+    from peft import LoraConfig  # optional: the hf extra (torch, transformers)
 
     targets = config.lora_target_modules
     return LoraConfig(
@@ -418,12 +418,10 @@ def make_trl_trainer(config: GRPOConfig, **trl_overrides: Any) -> Any:
         trl_overrides: Further ``trl.GRPOConfig`` fields (they win over the mapped ones).
     """
     try:
-        from trl import GRPOConfig as TRLConfig
-        from trl import GRPOTrainer
+        from trl import GRPOConfig as TRLConfig  # optional: the trl extra
+        from trl import GRPOTrainer  # optional: the trl extra
     except ImportError as e:
         raise MissingDependencyError("trl", "trl") from e
-    from passkt.agents.train.config import policy_path
-    from passkt.agents.train.report import make_callback
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     args = TRLConfig(**trl_args(config, world, **trl_overrides))
@@ -453,9 +451,8 @@ def train_grpo_trl(config: GRPOConfig, *, resume: bool = False, **trl_overrides:
     Returns:
         A ``TrainResult`` (the final folder, the steps, the last logged metrics).
     """
+    # optional: the hf extra (torch, transformers)
     from transformers.trainer_utils import get_last_checkpoint
-
-    from passkt.agents.train.loop import TrainResult
 
     trainer = make_trl_trainer(config, **trl_overrides)
     exists = resume and os.path.isdir(config.output_dir)
@@ -465,6 +462,7 @@ def train_grpo_trl(config: GRPOConfig, *, resume: bool = False, **trl_overrides:
     if config.finetune == "lora":  # the adapter beside, the merged model as the checkpoint
         trainer.save_model(final + "-adapter")  # every process: gathers ZeRO-3 / FSDP shards
         if main:
+            # optional: the hf extra (torch, transformers)
             from peft import AutoPeftModelForCausalLM
 
             merged = AutoPeftModelForCausalLM.from_pretrained(final + "-adapter").merge_and_unload()

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from passkt.agents.hf import chat_prompt_ids
 from passkt.agents.policy import Completion, SamplingParams
 from passkt.agents.vllm_policy import generate_with_engine
 
@@ -108,7 +109,7 @@ class ColocatedEnginePolicy:
     """TRL's colocated ``vllm.LLM`` as a passkt ``TokenPolicy`` (needs a CUDA GPU)."""
 
     def __init__(self, llm: Any, tokenizer: Any) -> None:
-        import vllm
+        import vllm  # optional: the vllm extra (CUDA only)
 
         self._vllm = vllm
         self.llm = llm
@@ -120,7 +121,6 @@ class ColocatedEnginePolicy:
         )
 
     def generate(self, conversations: Any, params: SamplingParams) -> list[Completion]:
-        from passkt.agents.hf import chat_prompt_ids
 
         prompts = [chat_prompt_ids(self.tokenizer, c, owner="trl:vllm") for c in conversations]
         return self.generate_ids(prompts, params)

@@ -152,7 +152,7 @@ class VLLMTrainingPolicy(VLLMPolicy):
         if self.lora:
             folder = adapter_folder(self.output_dir, self.rank, step)
             model.save_pretrained(str(folder))
-            from vllm.lora.request import LoRARequest
+            from vllm.lora.request import LoRARequest  # optional: the vllm extra (CUDA only)
 
             self._lora_request = LoRARequest(*lora_request_args(step, folder))
             for stale in stale_adapter_folders(list(folder.parent.iterdir()), folder):

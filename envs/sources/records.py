@@ -154,7 +154,7 @@ def records_from(
 def _dataset_rows(name: str, config: str | None, split: str, hint: str) -> Any:
     """The rows of one split of a dataset folder or hub dataset, through ``datasets``."""
     try:
-        import datasets
+        import datasets  # optional: the hub extra
     except ImportError as error:
         raise MissingDependencyError("datasets", "hub") from error
     folder = Path(name)

@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from passkt.envs.contract import import_modules
+from passkt.eval.analysis.common import load_runs
+from passkt.eval.analysis.diversity import diversity_markdown, query_overlap, strategy_diversity
+from passkt.eval.analysis.perplexity import run_perplexity
 from passkt.eval.cli import _positive_int
 
 __all__ = ["add_parser"]
@@ -44,7 +47,6 @@ def _write(out: Path, stem: str, markdown: str, data: dict[str, Any]) -> list[Pa
 
 def _cmd_ppl(args: argparse.Namespace) -> int:
     import_modules(args.imports or ())
-    from passkt.eval.analysis.perplexity import run_perplexity
 
     result = run_perplexity(
         args.run_dir,
@@ -71,8 +73,6 @@ def _cmd_ppl(args: argparse.Namespace) -> int:
 
 def _cmd_diversity(args: argparse.Namespace) -> int:
     import_modules(args.imports or ())
-    from passkt.eval.analysis.common import load_runs
-    from passkt.eval.analysis.diversity import diversity_markdown, query_overlap, strategy_diversity
 
     runs = load_runs(args.runs, args.budget, partial=args.partial)
     names = [n.strip() for n in args.names.split(",")] if args.names else [r.name for r in runs]

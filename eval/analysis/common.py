@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from passkt.eval.stats import bootstrap_means
 from passkt.eval.store import RunDirError, read_run
 from passkt.eval.transcripts import attach_transcripts
 
@@ -148,7 +149,6 @@ def bootstrap_ratio(
     Returns:
         ``(lower, upper)``, each ``(G,)``; NaN where no resample has a positive denominator.
     """
-    from passkt.eval.stats import bootstrap_means
 
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), e.g. 0.95; got {level!r}")

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from passkt.agents.hf import HFPolicy
 from passkt.eval.analysis.common import (
     as_record,
     bootstrap_ratio,
@@ -102,7 +103,7 @@ def _score_batch(
     model: Any, batch: Sequence[TrajectoryTokens], pad_id: int, keep_arg: bool
 ) -> list[list[float]]:
     """NLL of the scored tokens of each trajectory in one right-padded forward pass."""
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     device = next(model.parameters()).device
     width = max(len(t.token_ids) for t in batch)
@@ -145,7 +146,7 @@ def score_trajectories(
     Returns:
         One :class:`TrajectoryScore` per trajectory, in input order.
     """
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -398,7 +399,6 @@ def load_scorer(
         device: Where to load a model given by name (default ``cpu``).
         dtype: Weights' dtype for a model given by name (default ``float32``).
     """
-    from passkt.agents.hf import HFPolicy
 
     if isinstance(model, (str, Path)):
         text = str(model)

@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from passkt.agents.rollout import ChatTokens
+
 __all__ = [
     "ALL",
     "SEGMENTS",
@@ -178,7 +180,6 @@ def trajectory_tokens(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> 
         ValueError: for a tokenizer without a chat template or offsets, or a transcript whose
             roles do not follow that pattern.
     """
-    from passkt.agents.rollout import ChatTokens
 
     chat = ChatTokens(tokenizer)
     first = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import random
 import re
 import zipfile
 from collections.abc import Sequence
@@ -43,8 +44,13 @@ from typing import Any
 import numpy as np
 
 from passkt.agents.policy import Completion, Conversation, SamplingParams
+from passkt.agents.rollout import rollout
 from passkt.agents.scripted import HeuristicPolicy, budget_exhausted
+from passkt.agents.tiny import END_OF_TEXT, IM_END
 from passkt.envs.protocol import FINAL_NOTICE
+from passkt.envs.sources import synthetic
+from passkt.envs.sources.synthetic import math_problem
+from passkt.envs.sources.synthetic_world import build_world
 from passkt.envs.tasks import Task
 
 logger = logging.getLogger(__name__)
@@ -148,9 +154,6 @@ def arithmetic_documents(count: int, seed: int) -> list[str]:
     skill, never a test problem's solution (a fact may be one step of one, as ``12 / 2 = 6.`` is
     of many).
     """
-    import random
-
-    from passkt.envs.sources.synthetic import math_problem
 
     rng = random.Random(f"passkt-corpus/{seed}/arithmetic")
     facts: list[str] = []
@@ -328,7 +331,6 @@ class Corpus:
 
 
 def _training_tasks(category: str, config: CorpusConfig) -> list[Task]:
-    from passkt.envs.sources import synthetic
 
     count = config.reserved_tasks + config.tasks_per_category
     tasks = synthetic.load_tasks(category, "train", seed=config.world_seed, num_tasks=count)
@@ -339,7 +341,6 @@ def _category_episodes(
     category: str, config: CorpusConfig, tokenizer: Any, progress: bool
 ) -> tuple[list[tuple[list[int], list[bool]]], dict[str, Any]]:
     """Token documents and stats of one category's episodes."""
-    from passkt.agents.rollout import rollout
 
     tasks = _training_tasks(category, config)
     order = np.random.default_rng([config.seed, len(category)]).permutation(len(tasks))
@@ -394,8 +395,6 @@ def build_corpus(config: CorpusConfig, tokenizer: Any, *, progress: bool = False
     Returns:
         The corpus; documents in a fixed order (episodes by category, then paragraphs).
     """
-    from passkt.agents.tiny import END_OF_TEXT, IM_END
-    from passkt.envs.sources.synthetic_world import build_world
 
     end_turn, end_doc = (tokenizer.convert_tokens_to_ids(t) for t in (IM_END, END_OF_TEXT))
     docs: list[tuple[list[int], list[bool]]] = []

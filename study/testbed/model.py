@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from passkt.agents.tiny import END_OF_TEXT, IM_END
+from passkt.study.testbed.tokenizer import build_tokenizer, fit_vocabulary, fitting_texts
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def resolve_size(size: str | ModelSize) -> ModelSize:
     try:
         return MODEL_SIZES[size]
     except KeyError:
-        import difflib
+        import difflib  # optional: difflib
 
         close = difflib.get_close_matches(str(size), list(MODEL_SIZES), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -91,7 +92,7 @@ def resolve_size(size: str | ModelSize) -> ModelSize:
 
 def model_config(size: str | ModelSize, tokenizer: Any) -> Any:
     """The ``LlamaConfig`` of a model of ``size`` over ``tokenizer``'s vocabulary."""
-    from transformers import LlamaConfig
+    from transformers import LlamaConfig  # optional: the hf extra (torch, transformers)
 
     shape = resolve_size(size)
     eos, pad = (tokenizer.convert_tokens_to_ids(t) for t in (IM_END, END_OF_TEXT))
@@ -117,7 +118,9 @@ def model_config(size: str | ModelSize, tokenizer: Any) -> Any:
 
 def build_model(size: str | ModelSize, tokenizer: Any, *, seed: int = 0) -> Any:
     """A freshly initialised ``LlamaForCausalLM`` (float32); the global RNG is left untouched."""
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
+
+    # optional: the hf extra (torch, transformers)
     from transformers import GenerationConfig, LlamaForCausalLM
 
     config = model_config(size, tokenizer)
@@ -158,7 +161,6 @@ def make_testbed_checkpoint(
     Returns:
         The folder, loadable with ``HFPolicy(path)``.
     """
-    from passkt.study.testbed.tokenizer import build_tokenizer, fit_vocabulary, fitting_texts
 
     tokenizer = build_tokenizer(fit_vocabulary(fitting_texts(world_seed)))
     return save_checkpoint(build_model(size, tokenizer, seed=seed), tokenizer, path)

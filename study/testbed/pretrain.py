@@ -29,6 +29,7 @@ tokens only, as in the study.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import math
@@ -39,9 +40,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from tqdm.auto import tqdm
 
+from passkt.eval.manifest import git_commit, package_versions
 from passkt.study.testbed.corpus import Corpus, CorpusConfig, build_corpus
 from passkt.study.testbed.model import MODEL_SIZES, build_model, save_checkpoint
+from passkt.study.testbed.tokenizer import build_tokenizer, fit_vocabulary, fitting_texts
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +219,7 @@ class Batches:
 
     def batch(self, step: int) -> tuple[Any, Any]:
         """``(B, block_size + 1)`` token ids and assistant flags of optimizer step ``step``."""
-        import torch
+        import torch  # optional: the hf extra (torch, transformers)
 
         blocks = [self.block(step * self.batch_size + i) for i in range(self.batch_size)]
         ids = torch.from_numpy(np.stack([b[0] for b in blocks]).astype(np.int64))
@@ -251,7 +255,7 @@ def token_losses(model: Any, ids: Any, mask: Any) -> tuple[Any, Any]:
     Returns:
         ``(nll (B, L) float, assistant (B, L) bool)``; the targets are ``ids[:, 1:]``.
     """
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # optional: the hf extra (torch, transformers)
 
     inputs, targets = ids[:, :-1], ids[:, 1:]
     logits = model(input_ids=inputs, use_cache=False).logits  # (B, L, V)
@@ -289,7 +293,7 @@ def _averages(sums: dict[str, float], prefix: str) -> dict[str, float]:
 
 def evaluate_loss(model: Any, batches: Batches, steps: int = 4) -> dict[str, float]:
     """Mean held-out NLL over all tokens and over the agent's tokens (``eval/loss/...``)."""
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     was_training = model.training
     model.eval()
@@ -306,7 +310,7 @@ def evaluate_loss(model: Any, batches: Batches, steps: int = 4) -> dict[str, flo
 
 
 def _optimizer(model: Any, config: PretrainConfig) -> Any:
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
 
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
@@ -349,11 +353,12 @@ def _start(config: PretrainConfig, out: Path, resume: bool) -> int:
 
 def _prepare(config: PretrainConfig, out: Path, start: int) -> tuple[Any, Any, Corpus, Any]:
     """Tokenizer, model, corpus and optimizer: fresh, or from the checkpoint when resuming."""
-    import torch
+    import torch  # optional: the hf extra (torch, transformers)
+
+    # optional: the hf extra (torch, transformers)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from passkt.agents.train.safe_state import load_state
-    from passkt.study.testbed.tokenizer import build_tokenizer, fit_vocabulary, fitting_texts
+    from passkt.agents.train.safe_state import load_state  # start-up cost: torch, 1 s
 
     checkpoint = out / CHECKPOINT_DIR
     if start:
@@ -373,7 +378,7 @@ def _prepare(config: PretrainConfig, out: Path, start: int) -> tuple[Any, Any, C
 
 def _save(out: Path, model: Any, tokenizer: Any, optimizer: Any, step: int) -> None:
     """Write the checkpoint atomically (a temporary folder renamed into place)."""
-    from passkt.agents.train.safe_state import save_state
+    from passkt.agents.train.safe_state import save_state  # start-up cost: torch, 1 s
 
     tmp = out / f".{CHECKPOINT_DIR}.tmp"
     if tmp.exists():
@@ -392,11 +397,8 @@ def _save(out: Path, model: Any, tokenizer: Any, optimizer: Any, step: int) -> N
 
 def _record_environment(out: Path, start: int) -> None:
     """Append what this start runs with: the step, torch threads, package versions, commit."""
-    import datetime
 
-    import torch
-
-    from passkt.eval.manifest import git_commit, package_versions
+    import torch  # optional: the hf extra (torch, transformers)
 
     line = {
         "start_step": start,
@@ -432,8 +434,7 @@ def pretrain(config: PretrainConfig, *, resume: bool = False) -> PretrainResult:
         FileExistsError: ``output_dir`` holds a run and ``resume`` is False.
         ValueError: Resuming with a config that changes what the steps compute.
     """
-    import torch
-    from tqdm.auto import tqdm
+    import torch  # optional: the hf extra (torch, transformers)
 
     if config.threads is not None:
         torch.set_num_threads(config.threads)

@@ -26,7 +26,16 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
+from passkt.agents.policy import SamplingParams
+from passkt.agents.prompts import SYSTEM_PROMPTS
+from passkt.agents.rollout import rollout
+from passkt.agents.scripted import HeuristicPolicy
 from passkt.agents.tiny import CHATML_TEMPLATE, END_OF_TEXT, IM_END, IM_START
+from passkt.envs import protocol
+from passkt.envs.sources import synthetic
+from passkt.envs.sources.synthetic_world import build_world
 
 SPECIAL_TOKENS: tuple[str, ...] = (END_OF_TEXT, IM_START, IM_END)
 """ChatML markers, as in ``passkt.agents.tiny`` (pad, turn start, turn end / EOS)."""
@@ -92,7 +101,7 @@ def to_byte_level(text: str) -> str:
 
 
 def _pre_tokenizer() -> Any:
-    from tokenizers import Regex, pre_tokenizers
+    from tokenizers import Regex, pre_tokenizers  # optional: the hf extra (torch, transformers)
 
     return pre_tokenizers.Sequence(
         [
@@ -141,8 +150,9 @@ def build_tokenizer(words: Iterable[str]) -> Any:
     Ids: the 3 ChatML specials (0-2), the 8 protocol tags (3-10), the 256 bytes (11-266), then
     the words in the order given.
     """
+    # optional: the hf extra (torch, transformers)
     from tokenizers import AddedToken, Tokenizer, decoders, models
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # optional: the hf extra (torch, transformers)
 
     fixed = [*SPECIAL_TOKENS, *PROTOCOL_TAGS]
     alphabet = [_UNICODE_OF[b] for b in range(256)]
@@ -175,8 +185,6 @@ def fitting_texts(seed: int = 0, *, tasks_per_split: int = 300) -> Iterator[str]
     no space), the questions and answers of every category, split and bridge depth, the system
     prompts, every protocol message, the oracle's think lines and a few heuristic episodes.
     """
-    from passkt.envs.sources import synthetic
-    from passkt.envs.sources.synthetic_world import build_world
 
     world = build_world(seed)
     for paragraph in world.paragraphs:
@@ -196,8 +204,6 @@ def fitting_texts(seed: int = 0, *, tasks_per_split: int = 300) -> Iterator[str]
 
 def protocol_texts() -> Iterator[str]:
     """System prompts, env messages (every invalid-action reason) and the scripted think lines."""
-    from passkt.agents.prompts import SYSTEM_PROMPTS
-    from passkt.envs import protocol
 
     yield from SYSTEM_PROMPTS.values()
     yield from (protocol.FINAL_NOTICE, protocol.NO_RESULTS, protocol.ANSWER_RECEIVED)
@@ -224,19 +230,13 @@ def protocol_texts() -> Iterator[str]:
 
 def load_tokenizer(path: str | Path) -> Any:
     """Load a saved testbed tokenizer (``AutoTokenizer.from_pretrained`` works as well)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # optional: the hf extra (torch, transformers)
 
     return AutoTokenizer.from_pretrained(str(path))
 
 
 def _heuristic_texts(seed: int, tasks: int = 40) -> Iterator[str]:
     """The turns of a few ``HeuristicPolicy`` episodes (it searches any capitalised word)."""
-    import gymnasium as gym
-
-    import passkt.envs  # noqa: F401  (registers the envs)
-    from passkt.agents.policy import SamplingParams
-    from passkt.agents.rollout import rollout
-    from passkt.agents.scripted import HeuristicPolicy
 
     for env_id in ("BridgeQA-v0", "ComparisonQA-v0", "Math-v0"):
         kwargs = {"split": "train", "source_options": {"seed": seed}}

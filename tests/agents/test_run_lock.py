@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from passkt.eval.chunk_digests import DIGESTS_FILE
 from passkt.agents.run_lock import LOCK_FILE, RunLock, RunLockedError
+from passkt.eval.chunk_digests import DIGESTS_FILE
 from passkt.eval.store import RESULTS_FILE, RunDirError, read_run
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX flock")
