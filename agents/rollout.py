@@ -50,7 +50,7 @@ from passkt.agents.policy import (
     SamplingParams,
     TokenPolicy,
 )
-from passkt.envs.contract import AgentProtocol, EnvContract
+from passkt.envs.contract import AgentInterface, EnvContract
 
 logger = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ class _Live:
     its own, so the outcome at T is the prefix of the outcome at a larger T."""
 
 
-def protocol_params(params: SamplingParams, protocol: AgentProtocol) -> SamplingParams:
+def protocol_params(params: SamplingParams, protocol: AgentInterface) -> SamplingParams:
     """The sampling parameters an agent receives under ``protocol``: its stop strings unless
     ``params.stop`` was set to others, and ``max_new_tokens`` capped at its ``max_turn_tokens``."""
     if params.stop == DEFAULT_STOP:
@@ -232,7 +232,7 @@ def protocol_params(params: SamplingParams, protocol: AgentProtocol) -> Sampling
 
 
 def _stream_piece(
-    chat: ChatTokens | None, protocol: AgentProtocol, observation: str
+    chat: ChatTokens | None, protocol: AgentInterface, observation: str
 ) -> tuple[str, list[int]]:
     """The text (and ids, with a tokenizer) an observation appends to the stream, clipped to the
     protocol's ``max_observation_tokens``."""

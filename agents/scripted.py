@@ -22,8 +22,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from passkt.agents.policy import Completion, Conversation, SamplingParams
-from passkt.agents.prompts import SYSTEM_PROMPTS
-from passkt.envs.protocol import FINAL_NOTICE
+from passkt.envs.protocol import FINAL_NOTICE, SYSTEM_PROMPTS
 from passkt.envs.tasks import Task
 
 _INFO = re.compile(r"<information>(.*?)</information>", re.DOTALL)

@@ -25,7 +25,7 @@ from passkt.agents.openai_policy import OpenAIPolicy
 from passkt.agents.policy import Policy
 from passkt.agents.scripted import HeuristicPolicy, OraclePolicy
 from passkt.agents.vllm_policy import VLLMPolicy
-from passkt.envs.contract import NEUTRAL, AgentProtocol
+from passkt.envs.contract import NEUTRAL, AgentInterface
 from passkt.envs.tasks import Task
 
 KINDS = ("hf", "lean", "vllm", "openai", "scripted", "py")
@@ -75,7 +75,7 @@ class PolicyContext:
     """The tasks of the run (``seed-N`` for an env without a task list)."""
     tasks: tuple[Any, ...] = ()
     """The env's task records (``passkt.envs.Task`` for passkt envs; empty for seed tasks)."""
-    protocol: AgentProtocol = NEUTRAL
+    protocol: AgentInterface = NEUTRAL
     """The env's protocol (system prompt, stop strings, layout)."""
 
 

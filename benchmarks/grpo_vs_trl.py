@@ -185,13 +185,17 @@ def run_trl(start: Path, env_kwargs: dict, task_ids: list[str], args, work: Path
     from trl import GRPOConfig as TRLConfig
     from trl import GRPOTrainer
 
-    from passkt.agents.prompts import initial_conversation
+    from passkt.envs.protocol import SYSTEM_PROMPTS
 
     env = gym.make("Math-v0", split="train", max_tool_calls=0, **env_kwargs)
     rows = []
     for task_id in task_ids:
         observation, _ = env.reset(options={"task_id": task_id})
-        rows.append({"prompt": initial_conversation("math", observation), "task_id": task_id})
+        prompt = [
+            {"role": "system", "content": SYSTEM_PROMPTS["math"]},
+            {"role": "user", "content": observation},
+        ]
+        rows.append({"prompt": prompt, "task_id": task_id})
     counted = {"tokens": 0, "samples": 0}
 
     def env_reward(prompts, completions, task_id, completion_ids=None, **kwargs):

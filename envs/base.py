@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from passkt.envs import search_r1
-from passkt.envs.contract import AgentProtocol
+from passkt.envs.contract import AgentInterface
 from passkt.envs.corpus import Corpus, open_corpus
 from passkt.envs.errors import UnknownTaskError
 from passkt.envs.protocol import (
@@ -187,7 +187,7 @@ class ToolUseEnv(gym.Env[str, str]):
     A task (question, gold answer, own paragraphs) is drawn at reset. Each turn the agent writes
     free text, optionally ``<think>...</think>``, ending in ``<search>query</search>`` or
     ``<answer>text</answer>`` (Search-R1 tags; ``passkt.envs.protocol``). The env owns how an
-    agent should talk to it: ``env.protocol`` (an ``AgentProtocol``: system prompt, stop strings,
+    agent should talk to it: ``env.protocol`` (an ``AgentInterface``: system prompt, stop strings,
     chat or stream layout). ``protocol="search-r1"`` switches every string to Search-R1's own
     (``passkt.envs.search_r1``): its prompt, documents as ``Doc 1(Title: "T") text`` appended to
     one assistant stream, its invalid-action message, and no final notice.
@@ -532,7 +532,7 @@ class ToolUseEnv(gym.Env[str, str]):
         return ActionText(ACTION_MAX_LENGTH, tags=tags)
 
     @property
-    def protocol(self) -> AgentProtocol:
+    def protocol(self) -> AgentInterface:
         """How an agent talks to this env: the category's system prompt and the action stop
         strings (``protocol="passkt"``), or Search-R1's prompt and stream (``"search-r1"``)."""
         if self.protocol_name == "search-r1":

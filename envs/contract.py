@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "SEED_TASKS",
     "TRAIN_SEED_OFFSET",
-    "AgentProtocol",
+    "AgentInterface",
     "EnvContract",
     "EnvContractError",
     "ReplayMismatchError",
@@ -82,7 +82,7 @@ class ReplayMismatchError(EnvContractError):
 
 
 @dataclass(frozen=True)
-class AgentProtocol:
+class AgentInterface:
     """How an agent talks to an env: owned by the env (``env.protocol``), read by the rollout.
 
     An env may give this dataclass or a plain dict with the same keys (so it needs no passkt
@@ -153,13 +153,13 @@ class AgentProtocol:
         return text
 
     @classmethod
-    def from_value(cls, value: Any, where: str) -> AgentProtocol:
-        """An ``AgentProtocol`` from itself or a dict of its fields (unknown keys are errors)."""
-        if isinstance(value, AgentProtocol):
+    def from_value(cls, value: Any, where: str) -> AgentInterface:
+        """An ``AgentInterface`` from itself or a dict of its fields (unknown keys are errors)."""
+        if isinstance(value, AgentInterface):
             return value
         if not isinstance(value, Mapping):
             raise EnvContractError(
-                f"{where}: protocol must be a passkt AgentProtocol or a dict with the keys "
+                f"{where}: protocol must be a passkt AgentInterface or a dict with the keys "
                 f"{[f.name for f in fields(cls)]}, got {type(value).__name__}"
             )
         known = {f.name for f in fields(cls)}
@@ -188,7 +188,7 @@ class AgentProtocol:
         return self.observation_template.replace("{observation}", observation)
 
 
-NEUTRAL = AgentProtocol()
+NEUTRAL = AgentInterface()
 """The fallback when an env has no ``protocol``: no system prompt, no stop strings, chat layout."""
 
 
@@ -301,7 +301,7 @@ class EnvContract:
     """The env's task records (``passkt.envs.Task`` for passkt envs); empty for seed tasks."""
     task_ids: tuple[str, ...] | None
     """The ids of ``tasks``; ``None`` when tasks are seeds (see :func:`seed_task_ids`)."""
-    protocol: AgentProtocol
+    protocol: AgentInterface
     takes_budget: bool
     takes_split: bool
     forkable: bool
@@ -633,7 +633,7 @@ def _inspect(
             "turn); give the env a `protocol` dict to set them"
         )
     else:
-        protocol = AgentProtocol.from_value(raw_protocol, env_id)
+        protocol = AgentInterface.from_value(raw_protocol, env_id)
     _check_speaks_text(env, env_id, 0, options)
     takes_budget = named_budget or (var_keyword and _proves_budget(env_id, kwargs, options))
     if not takes_budget:

@@ -7,7 +7,7 @@ string with the characters after it. Anything else is an invalid action.
 
 This module owns every string the envs show to a model, so a prompt can quote them and a test can
 compare them exactly. Changing any of them changes the env version (``-vN``). The envs hand the
-system prompt and stop strings to agents as data (``env.protocol``, an ``AgentProtocol``): the
+system prompt and stop strings to agents as data (``env.protocol``, an ``AgentInterface``): the
 system prompts never mention the budget, since with a hidden budget the only word about it is the
 final notice, which is what makes an episode with budget T a prefix of one with a larger budget.
 Search-R1's exact rendering is ``passkt.envs.search_r1``.
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from passkt.envs.contract import AgentProtocol
+from passkt.envs.contract import AgentInterface
 from passkt.envs.retrieval import Hit
 
 __all__ = [
@@ -89,10 +89,10 @@ SYSTEM_PROMPTS: dict[str, str] = {
 """The system prompt of each category (the passkt protocol)."""
 
 
-def passkt_protocol(category: str) -> AgentProtocol:
+def passkt_protocol(category: str) -> AgentInterface:
     """The protocol a passkt env hands its agents: its category's system prompt, chat layout,
     generation stopped after an action's closing tag."""
-    return AgentProtocol(name="passkt", system_prompt=SYSTEM_PROMPTS[category], stop=STOP)
+    return AgentInterface(name="passkt", system_prompt=SYSTEM_PROMPTS[category], stop=STOP)
 
 
 _EXPECTED = (

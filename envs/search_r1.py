@@ -14,7 +14,7 @@ paragraphs have the title apart, so it adds the quotes (``Doc 1(Title: "T") text
 
 Search-R1 generates each turn with the stop strings ``</search>``, ``</answer>``, decodes it, keeps
 the text up to the first ``</search>`` (else ``</answer>``) and re-tokenizes that text; so does
-this mode (``AgentProtocol.cut_after_stop``): a sampled token that merges ``>`` with the newlines
+this mode (``AgentInterface.cut_after_stop``): a sampled token that merges ``>`` with the newlines
 after it is replaced by the ids of the text Search-R1 keeps, so the stream never holds
 ``</search>\n\n\n\n<information>``. Each turn is at most 500 tokens and each observation is
 clipped to 500 tokens, as in Search-R1's training scripts. One difference is left, by design:
@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from passkt.envs.contract import AgentProtocol
+from passkt.envs.contract import AgentInterface
 from passkt.envs.protocol import Action
 from passkt.envs.retrieval import Hit
 
@@ -68,7 +68,7 @@ LIMIT = 500
 """Search-R1's training scripts: ``max_response_length=500`` (tokens per turn) and
 ``max_obs_length=500`` (each observation's ids are clipped to it)."""
 
-PROTOCOL = AgentProtocol(
+PROTOCOL = AgentInterface(
     name="search-r1",
     stop=STOP,
     layout="stream",

@@ -29,11 +29,11 @@ from typing import Any
 import gymnasium as gym
 
 from passkt.agents.policy import SamplingParams
-from passkt.agents.prompts import SYSTEM_PROMPTS
 from passkt.agents.rollout import rollout
 from passkt.agents.scripted import HeuristicPolicy
 from passkt.agents.tiny import CHATML_TEMPLATE, END_OF_TEXT, IM_END, IM_START
 from passkt.envs import protocol
+from passkt.envs.protocol import SYSTEM_PROMPTS
 from passkt.envs.sources import synthetic
 from passkt.envs.sources.synthetic_world import build_world
 

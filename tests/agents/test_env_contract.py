@@ -17,7 +17,7 @@ from passkt.agents.policy import SamplingParams
 from passkt.agents.rollout import rollout
 from passkt.agents.scripted import HeuristicPolicy, OraclePolicy
 from passkt.envs import contract
-from passkt.envs.contract import AgentProtocol, EnvContractError, ReplayMismatchError, ToolBudget
+from passkt.envs.contract import AgentInterface, EnvContractError, ReplayMismatchError, ToolBudget
 from passkt.eval.evaluate import env_info, evaluate
 
 THIRD_PARTY = Path(__file__).resolve().parents[1] / "third_party"
@@ -134,7 +134,7 @@ def test_a_malformed_protocol_fails_before_the_run_directory_exists(tmp_path):
         evaluate("BadProtocol-v0", agent(), budgets=(1,), out_dir=out, progress=False)
     assert not out.exists()
     with pytest.raises(EnvContractError, match=r"must contain '\{observation\}' exactly once"):
-        AgentProtocol(prompt_template="no slot")
+        AgentInterface(prompt_template="no slot")
 
 
 def test_the_documented_module_id_of_a_passkt_env_is_accepted():
