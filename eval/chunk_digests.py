@@ -4,14 +4,14 @@ Each finished chunk appends one line to ``digests.jsonl``, after its transcripts
 ``{"chunk", "results", "transcripts", "transcript_lines"}``, the SHA-256 of the chunk's bytes in
 ``results.jsonl`` and in ``transcripts.jsonl`` and how many transcript lines it wrote. A chunk
 counts as finished once its digest line is on disk (a crash before that leaves an unfinished
-chunk, which reading drops and resuming runs again, as before).
+chunk, which reading drops and resuming runs again).
 
 Reading checks every finished chunk's result bytes against its digest and refuses an edited chunk
 by file and chunk (``passkt.eval.store``). ``report`` and the analyses also check the transcripts
 (``first_bad_transcript_chunk``) and refuse a run whose transcripts were edited, truncated or
 deleted; ``--resume`` runs those chunks again instead (with the same seeds), which rebuilds them.
-A run's manifest says that it keeps digests (``"integrity"``); runs written before have none and
-are read as before.
+A run's manifest says that it keeps digests (``"integrity"``); a run without them is read
+unverified.
 """
 
 from __future__ import annotations

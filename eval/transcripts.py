@@ -10,8 +10,8 @@ read conversations (strategy diversity, segment perplexity) open it, through
 
 A chunk's transcripts are written and fsynced before its results: a chunk counts as finished
 when its result lines are on disk, and then its transcripts are too. Resuming cuts the
-transcripts file back to the lines of the finished chunks (:func:`truncate_transcripts`). Runs
-written before the split keep their messages inside ``results.jsonl`` and read as before.
+transcripts file back to the lines of the finished chunks (:func:`truncate_transcripts`). A run
+whose result lines carry their messages themselves (no transcripts file) is read as well.
 """
 
 from __future__ import annotations

@@ -349,7 +349,7 @@ def load_tasks(
         path: A local file in the official or the Hugging Face layout (JSON list or JSON Lines),
             a saved dataset folder, or a hub name such as ``"hotpotqa/hotpot_qa"`` (needs
             ``pip install 'passkt[hub]'``, and network unless ``datasets`` has it cached).
-        dataset: The same as a hub name in ``path`` (kept for old callers).
+        dataset: A hub name, instead of ``path``.
         hf_config: Hub configuration (``"distractor"``, the study's setting).
         hf_split: Hub split to read (the study uses the dev set, ``"validation"``).
         test_fraction: Share of records in the test split.
