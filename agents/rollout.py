@@ -325,11 +325,7 @@ def rollout(
     # per episode. The copies share the task list and the search indexes, so each task's index is
     # built once. Other envs are made fresh per episode.
     base = runner.make(budgets[-1])
-    reveal = runner.contract.reveal_budget
-    if share_prefix is None:
-        share_prefix = not reveal
-    elif share_prefix and reveal:
-        raise ValueError("share_prefix=True needs a hidden budget; the env has reveal_budget=True.")
+    share_prefix = resolve_share_prefix(share_prefix, runner.contract.reveal_budget)
 
     token_policy = isinstance(policy, TokenPolicy)
     chat = (
@@ -414,11 +410,28 @@ def rollout(
     return RolloutResult(episodes, stats)
 
 
+def resolve_share_prefix(share_prefix: bool | None, reveal_budget: bool) -> bool:
+    """Whether budget branches fork from one main episode: by default whenever the env hides its
+    budget (then an episode with budget T is the prefix of one with a larger budget)."""
+    if share_prefix is None:
+        return not reveal_budget
+    if share_prefix and reveal_budget:
+        raise ValueError("share_prefix=True needs a hidden budget; the env has reveal_budget=True")
+    return bool(share_prefix)
+
+
+def check_no_budget_kwarg(env_kwargs: Mapping[str, Any]) -> None:
+    """The budget is given as ``budgets`` (``--budgets``), never as an env kwarg."""
+    if "max_tool_calls" in env_kwargs:
+        raise ValueError(
+            "Give the budgets with budgets= (--budgets), not env_kwargs['max_tool_calls']."
+        )
+
+
 def _check_rollout_args(
     kwargs: dict[str, Any], budgets: list[int], params: SamplingParams, n: int
 ) -> None:
-    if "max_tool_calls" in kwargs:
-        raise ValueError("Pass the budget through budgets=, not env_kwargs['max_tool_calls'].")
+    check_no_budget_kwarg(kwargs)
     if not budgets or budgets[0] < 0:
         raise ValueError(f"budgets must be non-negative integers, got {budgets}")
     if params.n != 1:

@@ -51,7 +51,7 @@ DEFAULT_ENV = "BridgeQA-v0"
 DEFAULT_POLICY = "scripted:heuristic"
 DEFAULT_N = 16
 DEFAULT_LIMIT = 100
-"""The study evaluates 100 problems per category."""
+"""Tasks evaluated when ``--limit`` is not given (the first 100 of the split)."""
 
 _PLUGINS: dict[str, tuple[str, str]] = {
     "train": ("passkt.agents.train.cli", "train a policy with GRPO or SFT on any registered env"),

@@ -42,7 +42,13 @@ from passkt.agents.preflight import (
     check_number,
     check_policy_spec,
 )
-from passkt.agents.rollout import RolloutStats, protocol_params, rollout
+from passkt.agents.rollout import (
+    RolloutStats,
+    check_no_budget_kwarg,
+    protocol_params,
+    resolve_share_prefix,
+    rollout,
+)
 from passkt.agents.specs import PolicyContext, load_policy
 from passkt.envs.contract import (
     NEUTRAL,
@@ -163,8 +169,7 @@ def env_info(
 
 def _env_kwargs(env_kwargs: Mapping[str, Any] | None, split: str) -> dict[str, Any]:
     kwargs = dict(env_kwargs or {})
-    if "max_tool_calls" in kwargs:
-        raise ValueError("Give the budgets with budgets= (--budgets), not max_tool_calls.")
+    check_no_budget_kwarg(kwargs)
     if "split" in kwargs and kwargs["split"] != split:
         raise ValueError(
             f"env_kwargs has split={kwargs['split']!r} but split={split!r}; give the split once "
@@ -261,9 +266,7 @@ def _plan(
     info = env_info(env_id, env_kwargs, split)
     ids = _task_ids(info, split, task_ids, limit)
     grid = _check_budgets(budgets, info)
-    share = (not info.reveal_budget) if share_prefix is None else bool(share_prefix)
-    if share and info.reveal_budget:
-        raise ValueError("share_prefix=True needs a hidden budget; the env has reveal_budget=True")
+    share = resolve_share_prefix(share_prefix, info.reveal_budget)
     if share and len(grid) > 1 and info.contract is not None and info.contract.replays:
         check_replay(info.contract, env_kwargs, split)  # before the run directory exists
     return _Plan(info, ids, grid, ks, share)

@@ -10,12 +10,12 @@ import sys
 
 import pytest
 
+from passkt.cli import main  # the console script: eval's commands and the study's
 from passkt.eval.cli import (
     DEFAULT_ENV,
     DEFAULT_POLICY,
     build_parser,
     default_out_dir,
-    main,
     parse_env_kwargs,
     parse_int_list,
 )

@@ -144,7 +144,7 @@ def test_errors_say_what_to_fix(tmp_path):
         evaluate("BridgeQA-v0", "scripted:heuristic", task_ids=["syn-bridge-h2-00000"])
     with pytest.raises(ValueError, match="give the split once"):
         evaluate("BridgeQA-v0", HeuristicPolicy(), env_kwargs={"split": "train"}, split="test")
-    with pytest.raises(ValueError, match=r"budgets= .*not max_tool_calls"):
+    with pytest.raises(ValueError, match=r"budgets= .*not env_kwargs\[.max_tool_calls.\]"):
         evaluate("BridgeQA-v0", HeuristicPolicy(), env_kwargs={"max_tool_calls": 2})
     with pytest.raises(ValueError, match="resume=True needs out_dir"):
         evaluate("BridgeQA-v0", HeuristicPolicy(), resume=True)
