@@ -20,7 +20,7 @@ Everything that decides the output is ``HFPolicy``'s own: the chunking of rows, 
 which rows are sampled and dropped, ``sample_next`` with the same generator (or each row's own,
 given ``SamplingParams.seeds``), and the stop rules. So for the same seed the completions are
 those of ``HFPolicy`` token for token (up to float rounding in near-ties), and the logprobs agree
-to about 1e-6 (``tests/agents/testbed/test_decoding.py``).
+to about 1e-6 (``tests/agents/test_lean.py``).
 Other models (peft wrappers, other architectures, RoPE scaling) fall back to ``HFPolicy``'s loop.
 
 The prefix cache (and the fused weights) are rebuilt whenever a weight changes (checked at every

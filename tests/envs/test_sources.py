@@ -264,7 +264,7 @@ def test_order_rule_unit_cases() -> None:
     assert order_bridge_titles("?", ("X", "I&quot;s"), {**partial, "X": 'see I"s'})[0][0] == "X"
 
 
-def test_bridge_order_on_the_shared_data(subset_tasks: dict, record_property: Any) -> None:
+def test_bridge_order_on_the_real_data(subset_tasks: dict, record_property: Any) -> None:
     # Each task's order satisfies the step its metadata names; the answer's title is never
     # searched before the last hop (15 of 402 tasks were, before the answer steps).
     tasks = _all(subset_tasks, "bridge")

@@ -13,7 +13,7 @@ from passkt.study import sweep
 
 
 def _study(folder: Path, steps: int, base: tuple[float, int], trained: dict, swap: int) -> Path:
-    """A study folder as study.py leaves it: its profile, per-seed metrics and timings."""
+    """A study folder as `passkt study run` leaves it: its profile, per-seed metrics and timings."""
     pre = {"size": "micro", "max_steps": steps, "seed": 1}
     profile = {"source": "testbed", "profile": {"name": "testbed", "base": {"pretrain": pre}}}
     folder.mkdir(parents=True)
