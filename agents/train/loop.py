@@ -145,6 +145,7 @@ class TrainingRun:
         """
         preflight(config, resume=resume)
         accelerator = make_accelerator()
+        refuse_sharding(accelerator)  # before the output folder is made
         lock = None
         created = None
         if accelerator.is_main_process:  # one writer per output_dir, taken before reading it
@@ -350,6 +351,29 @@ def _vllm_policy(config: TrainConfig, rank: int) -> Any:
         gpu_memory_utilization=config.vllm_gpu_memory_utilization,
         seed=config.seed + rank,
     )
+
+
+SHARDED = ("DEEPSPEED", "FSDP", "MEGATRON_LM")
+"""accelerate's ``DistributedType`` names that shard the model, which passkt's trainers refuse."""
+
+
+def refuse_sharding(accelerator: Any) -> None:
+    """Refuse an accelerate state that shards the model (DeepSpeed ZeRO, FSDP, Megatron-LM).
+
+    passkt's trainers keep DDP and one process: their rollouts generate with the unsharded
+    model, and their step accumulates gradients with ``no_sync``, which ZeRO >= 2 ignores. TRL's
+    ``GRPOTrainer`` (``--backend trl``) does both under sharding.
+
+    Raises:
+        ValueError: One line naming the state and ``--backend trl``.
+    """
+    kind = getattr(accelerator.distributed_type, "name", str(accelerator.distributed_type))
+    if kind in SHARDED:
+        raise ValueError(
+            f"passkt's own trainer runs in one process or under DDP, not {kind} (the accelerate "
+            "config asks for it); shard through TRL instead: passkt train grpo --backend trl "
+            "(train_grpo_trl), or launch without the DeepSpeed / FSDP config."
+        )
 
 
 def holds_training_run(output_dir: Path) -> bool:
