@@ -213,7 +213,7 @@ class TrainingRun:
         self.model, self.optimizer = accelerator.prepare(self.model, optimizer)
         self.unwrapped = accelerator.unwrap_model(self.model)
         if getattr(config, "rollout_engine", "hf") == "vllm":
-            self.policy = _vllm_policy(config, self.rank)
+            self.policy = _vllm_policy(config, self.rank, self.world)
         else:
             self.policy = policy_class(
                 self.unwrapped, tokenizer=self.tokenizer, batch_size=config.generation_batch_size
@@ -337,7 +337,7 @@ class TrainingRun:
         )
 
 
-def _vllm_policy(config: TrainConfig, rank: int) -> Any:
+def _vllm_policy(config: TrainConfig, rank: int, world_size: int = 1) -> Any:
     """The colocated vLLM engine of ``rollout_engine="vllm"`` (see ``vllm_sync``), started from
     the initial weights (``plan`` syncs it at once when resuming)."""
     from passkt.agents.train.config import policy_path
@@ -348,6 +348,7 @@ def _vllm_policy(config: TrainConfig, rank: int) -> Any:
         lora_rank=config.lora_r if config.finetune == "lora" else None,
         output_dir=config.output_dir,
         rank=rank,
+        world_size=world_size,  # one engine per process, on its own GPU
         gpu_memory_utilization=config.vllm_gpu_memory_utilization,
         seed=config.seed + rank,
     )
