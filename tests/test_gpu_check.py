@@ -1,4 +1,4 @@
-"""``benchmarks/gpu_check.py --dry``: every check is listed, and each that cannot run here says why."""
+"""``benchmarks/gpu_check.py --dry``: every check is listed; each that cannot run says why."""
 
 from __future__ import annotations
 
