@@ -157,6 +157,25 @@ def completions_from_vllm(
     return completions
 
 
+def check_vllm_device(device: str | None) -> None:
+    """Refuse a ``--device`` a vLLM engine cannot be given: vLLM takes no device argument (its
+    workers use the GPUs ``CUDA_VISIBLE_DEVICES`` shows, set before the engine starts), and it
+    needs a GPU.
+
+    Raises:
+        ValueError: One line saying what to run instead.
+    """
+    if device in (None, "cuda", "auto"):
+        return
+    if device.startswith("cuda:"):
+        index = device.removeprefix("cuda:")
+        raise ValueError(
+            f"vllm: policies take no --device {device}: vLLM uses the GPUs CUDA_VISIBLE_DEVICES "
+            f"shows; run CUDA_VISIBLE_DEVICES={index} passkt eval ... (without --device)"
+        )
+    raise ValueError(f"vllm: policies run on CUDA GPUs only, not --device {device}")
+
+
 class VLLMPolicy:
     """The vLLM offline engine as a ``TokenPolicy`` (needs a CUDA GPU)."""
 
@@ -176,6 +195,7 @@ class VLLMPolicy:
         logprobs_mode: str | None = "processed_logprobs",
         chat_template: str | None = None,
         engine_kwargs: dict[str, Any] | None = None,
+        device: str | None = None,
     ) -> None:
         """Start a vLLM engine.
 
@@ -192,10 +212,14 @@ class VLLMPolicy:
                 passkt contract) or None to leave vLLM's default.
             chat_template: A Jinja chat template replacing the tokenizer's own.
             engine_kwargs: Further ``vllm.LLM`` arguments, passed as they are.
+            device: ``"cuda"`` or None (vLLM's GPUs); ``cuda:N`` and ``cpu`` are refused
+                (``check_vllm_device``).
 
         Raises:
             MissingDependencyError: If vLLM is not installed.
+            ValueError: For a device vLLM cannot be placed on from here.
         """
+        check_vllm_device(device)
         try:
             import vllm  # optional: the vllm extra (CUDA only)
         except ImportError as e:

@@ -415,7 +415,11 @@ def _add_eval(subparsers: Any) -> None:
     p.add_argument(
         "--seed", type=int, default=0, help="run seed (each task's sample seeds derive from it)"
     )
-    p.add_argument("--device", help="hf/vllm: cpu, cuda, cuda:1 ... (default cpu for hf)")
+    p.add_argument(
+        "--device",
+        help="hf: cpu, cuda, cuda:1 ... (default cpu); vllm: cuda only (CUDA_VISIBLE_DEVICES picks "
+        "the GPUs)",
+    )
     p.add_argument("--dtype", help="hf/vllm: float32, bfloat16, float16 or auto")
     p.add_argument(
         "--chunk-tasks",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -237,6 +238,31 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
 
 
+def cuda_devices(environ: dict[str, str] | None = None) -> list[str]:
+    """The CUDA devices this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else
+    ``0 .. torch.cuda.device_count() - 1`` (none without torch or CUDA)."""
+    environ = os.environ if environ is None else environ
+    if "CUDA_VISIBLE_DEVICES" in environ:
+        return [d.strip() for d in environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+    try:
+        import torch  # optional: the study's testbed runs without it
+    except ImportError:
+        return []
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def gpu_slots(jobs: int, devices: Sequence[str]) -> list[str]:
+    """``CUDA_VISIBLE_DEVICES`` of each of ``jobs`` concurrent workers: the devices split into
+    ``jobs`` equal groups (a job per GPU, or several GPUs per job), or, with more jobs than
+    devices, one device each in turn (jobs then share a GPU). No devices: no slots."""
+    if not devices:
+        return []
+    if jobs <= len(devices):
+        width = len(devices) // jobs
+        return [",".join(devices[i * width : (i + 1) * width]) for i in range(jobs)]
+    return [devices[i % len(devices)] for i in range(jobs)]
+
+
 def _run_children(study: Study, stage: str, units: Sequence[Unit], jobs: int) -> None:
     """Run units as ``python -m passkt.study.pipeline STAGE --only UNIT`` subprocesses, ``jobs``
     at a time."""
@@ -244,6 +270,12 @@ def _run_children(study: Study, stage: str, units: Sequence[Unit], jobs: int) ->
     logs = study.out / "logs" / stage
     logs.mkdir(parents=True, exist_ok=True)
     failed: list[str] = []
+    devices = cuda_devices()
+    if len(devices) < jobs and devices:
+        say(f"[{stage}] {jobs} jobs share {len(devices)} GPU(s): lower --jobs if they run out")
+    slots: queue.Queue[str] = queue.Queue()
+    for slot in gpu_slots(jobs, devices):
+        slots.put(slot)
 
     def child(unit: Unit) -> None:
         if failed:
@@ -252,10 +284,18 @@ def _run_children(study: Study, stage: str, units: Sequence[Unit], jobs: int) ->
         command = [sys.executable, "-m", "passkt.study.pipeline", stage, "--out", str(study.out)]
         command += ["--only", unit.key, "--threads", str(threads)]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-        say(f"[{stage}] {unit.key}: started in a subprocess ({threads} thread(s)), log {log}")
+        slot = slots.get() if devices else None  # a free GPU group: at most `jobs` run at once
+        if slot is not None:
+            env["CUDA_VISIBLE_DEVICES"] = slot
+        on = f" on GPU {slot}" if slot is not None else ""
+        say(f"[{stage}] {unit.key}: started in a subprocess ({threads} thread(s){on}), log {log}")
         clock = time.perf_counter()
-        with open(log, "ab") as handle:
-            done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env)
+        try:
+            with open(log, "ab") as handle:
+                done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env)
+        finally:
+            if slot is not None:
+                slots.put(slot)
         code = done.returncode
         seconds = time.perf_counter() - clock
         if code != 0:

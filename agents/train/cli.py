@@ -34,6 +34,7 @@ examples:
   passkt train grpo --config grpo.json --learning-rate 2e-6      (flags override the file)
   passkt train grpo --out runs/grpo --resume                     (continue from the last checkpoint)
   passkt train grpo --config grpo.json --print-config            (show the resolved config)
+  passkt train grpo --backend trl ...                            (TRL's GRPOTrainer instead)
   torchrun --nproc_per_node 8 -m passkt.eval.cli train grpo ...  (several processes)
 """
 
@@ -68,6 +69,15 @@ def add_parser(subparsers: Any) -> None:
         parser.add_argument(
             "--print-config", action="store_true", help="print the resolved config and exit"
         )
+        if cls is GRPOConfig:
+            parser.add_argument(
+                "--backend",
+                choices=("passkt", "trl"),
+                help="which trainer runs: passkt's own (default; one process, or DDP under "
+                "torchrun / accelerate launch) or TRL's GRPOTrainer through "
+                "passkt.agents.train.trl (the trl extra; the route for DeepSpeed ZeRO / FSDP "
+                "sharding and TRL's vLLM generation)",
+            )
         add_config_flags(parser, cls)
         parser.set_defaults(func=run_command, config_class=cls)
 
@@ -173,7 +183,11 @@ def run_command(args: argparse.Namespace) -> int:
 
         check_resume(config.output_dir, holds_training_run)
     _check_env(config)
-    if isinstance(config, GRPOConfig):
+    if isinstance(config, GRPOConfig) and getattr(args, "backend", "passkt") == "trl":
+        from passkt.agents.train.trl import train_grpo_trl  # start-up cost: torch, 1 s
+
+        result = train_grpo_trl(config, resume=resume)
+    elif isinstance(config, GRPOConfig):
         from passkt.agents.train.grpo import train_grpo  # start-up cost: torch, 1 s
 
         result = train_grpo(config, resume=resume)

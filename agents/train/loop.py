@@ -148,6 +148,7 @@ class TrainingRun:
         """
         preflight(config, resume=resume)
         accelerator = make_accelerator()
+        refuse_sharding(accelerator)  # before the output folder is made
         lock = None
         created = None
         if accelerator.is_main_process:  # one writer per output_dir, taken before reading it
@@ -212,7 +213,7 @@ class TrainingRun:
         self.model, self.optimizer = accelerator.prepare(self.model, optimizer)
         self.unwrapped = accelerator.unwrap_model(self.model)
         if getattr(config, "rollout_engine", "hf") == "vllm":
-            self.policy = _vllm_policy(config, self.rank)
+            self.policy = _vllm_policy(config, self.rank, self.world)
         else:
             self.policy = policy_class(
                 self.unwrapped, tokenizer=self.tokenizer, batch_size=config.generation_batch_size
@@ -336,7 +337,7 @@ class TrainingRun:
         )
 
 
-def _vllm_policy(config: TrainConfig, rank: int) -> Any:
+def _vllm_policy(config: TrainConfig, rank: int, world_size: int = 1) -> Any:
     """The colocated vLLM engine of ``rollout_engine="vllm"`` (see ``vllm_sync``), started from
     the initial weights (``plan`` syncs it at once when resuming)."""
 
@@ -345,9 +346,33 @@ def _vllm_policy(config: TrainConfig, rank: int) -> Any:
         lora_rank=config.lora_r if config.finetune == "lora" else None,
         output_dir=config.output_dir,
         rank=rank,
+        world_size=world_size,  # one engine per process, on its own GPU
         gpu_memory_utilization=config.vllm_gpu_memory_utilization,
         seed=config.seed + rank,
     )
+
+
+SHARDED = ("DEEPSPEED", "FSDP", "MEGATRON_LM")
+"""accelerate's ``DistributedType`` names that shard the model, which passkt's trainers refuse."""
+
+
+def refuse_sharding(accelerator: Any) -> None:
+    """Refuse an accelerate state that shards the model (DeepSpeed ZeRO, FSDP, Megatron-LM).
+
+    passkt's trainers keep DDP and one process: their rollouts generate with the unsharded
+    model, and their step accumulates gradients with ``no_sync``, which ZeRO >= 2 ignores. TRL's
+    ``GRPOTrainer`` (``--backend trl``) does both under sharding.
+
+    Raises:
+        ValueError: One line naming the state and ``--backend trl``.
+    """
+    kind = getattr(accelerator.distributed_type, "name", str(accelerator.distributed_type))
+    if kind in SHARDED:
+        raise ValueError(
+            f"passkt's own trainer runs in one process or under DDP, not {kind} (the accelerate "
+            "config asks for it); shard through TRL instead: passkt train grpo --backend trl "
+            "(train_grpo_trl), or launch without the DeepSpeed / FSDP config."
+        )
 
 
 def holds_training_run(output_dir: Path) -> bool:

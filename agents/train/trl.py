@@ -391,7 +391,34 @@ def trl_args(config: GRPOConfig, world_size: int = 1, **overrides: Any) -> dict[
     if config.gradient_checkpointing:
         args["gradient_checkpointing"] = True
     args.update(overrides)
+    refuse_unsupported_vllm(args)
     return args
+
+
+def refuse_unsupported_vllm(args: Mapping[str, Any]) -> None:
+    """Refuse TRL vLLM options the adapter's rollouts cannot honour, before anything starts.
+
+    ``PassktRollout`` calls TRL's engine itself (``trl_vllm``), not through TRL's ``generate``,
+    so it neither gathers the prompts of a tensor-parallel group (colocate with
+    ``vllm_tensor_parallel_size > 1``: each rank of the group would send different prompts) nor
+    wakes the KV cache that ``vllm_enable_sleep_mode`` puts to sleep.
+
+    Raises:
+        ValueError: One line naming the option and what to use instead.
+    """
+    if not args.get("use_vllm"):
+        return
+    colocate = args.get("vllm_mode", "colocate") == "colocate"  # TRL 1.16's default mode
+    if colocate and int(args.get("vllm_tensor_parallel_size", 1)) > 1:
+        raise ValueError(
+            "vllm_tensor_parallel_size > 1 with vllm_mode='colocate' is not supported by passkt's "
+            "rollouts; use vllm_mode='server' (trl vllm-serve --tensor-parallel-size N) or 1."
+        )
+    if args.get("vllm_enable_sleep_mode"):
+        raise ValueError(
+            "vllm_enable_sleep_mode=True is not supported by passkt's rollouts (they would "
+            "generate while the KV cache sleeps); leave it off."
+        )
 
 
 def lora_config(config: GRPOConfig) -> Any:

@@ -22,6 +22,7 @@ few thin lines of ``VLLMTrainingPolicy``. This path was not run on a GPU in this
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
@@ -115,6 +116,50 @@ def stale_adapter_folders(folders: Sequence[Path], current: Path, keep: int = 2)
     return [f for f in ordered[: max(len(ordered) - keep, 0)] if f != current]
 
 
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``max_lora_rank`` values vLLM's ``LoRAConfig`` accepts."""
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds a LoRA of ``rank`` (warns when it
+    rounds up; an adapter of a smaller rank than the engine's maximum loads as it is).
+
+    Raises:
+        ValueError: For a rank above vLLM's largest (512) or below 1.
+    """
+    if rank < 1 or rank > VLLM_LORA_RANKS[-1]:
+        raise ValueError(f"lora_r={rank}: vLLM serves LoRA ranks 1 to {VLLM_LORA_RANKS[-1]}")
+    accepted = next(r for r in VLLM_LORA_RANKS if r >= rank)
+    if accepted != rank:
+        logger.warning(
+            "lora_r=%d is not a rank vLLM accepts (%s): its engine gets max_lora_rank=%d",
+            rank,
+            ", ".join(map(str, VLLM_LORA_RANKS)),
+            accepted,
+        )
+    return accepted
+
+
+def engine_placement(world_size: int) -> dict[str, Any]:
+    """``vllm.LLM`` arguments that put one engine in each training process, as TRL's colocated
+    engine is made: under ``torchrun`` / ``accelerate launch`` (``world_size > 1``) the engine
+    joins the launcher's processes (``distributed_executor_backend="external_launcher"``) and
+    runs in this process on its own GPU (``LOCAL_RANK``), with no engine subprocess; a single
+    process keeps vLLM's defaults."""
+    return {"distributed_executor_backend": "external_launcher"} if world_size > 1 else {}
+
+
+def load_weights(llm: Any, weights: list[tuple[str, Any]]) -> None:
+    """Load ``(vLLM name, tensor)`` pairs into the engine's model through ``LLM.apply_model``
+    (vLLM's ``collective_rpc`` to every worker), which exists with vLLM's multiprocessing on or
+    off, unlike the engine's in-process driver worker (which only exists with it off)."""
+    llm.apply_model(functools.partial(_load_into, weights=weights))
+
+
+def _load_into(model: Any, weights: list[tuple[str, Any]]) -> None:
+    model.load_weights(weights)
+
+
 class VLLMTrainingPolicy(VLLMPolicy):
     """``VLLMPolicy`` over the model being trained, synced after every optimizer step."""
 
@@ -125,12 +170,15 @@ class VLLMTrainingPolicy(VLLMPolicy):
         lora_rank: int | None = None,
         output_dir: str | Path = ".",
         rank: int = 0,
+        world_size: int = 1,
         gpu_memory_utilization: float = 0.3,
         seed: int = 0,
     ) -> None:
-        engine_kwargs: dict[str, Any] = {}
+        engine_kwargs: dict[str, Any] = engine_placement(world_size)
         if lora_rank is not None:
-            engine_kwargs.update(enable_lora=True, max_lora_rank=lora_rank, max_loras=1)
+            engine_kwargs.update(
+                enable_lora=True, max_lora_rank=vllm_lora_rank(lora_rank), max_loras=1
+            )
         super().__init__(
             model,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -158,13 +206,12 @@ class VLLMTrainingPolicy(VLLMPolicy):
             for stale in stale_adapter_folders(list(folder.parent.iterdir()), folder):
                 shutil.rmtree(stale, ignore_errors=True)
             return
-        runner_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
         seen: set[str] = set()
         for name, tensor in gathered_parameters(model):  # one at a time: ZeRO-3 / FSDP gathers
             target = vllm_weight_name(name)
             if target is not None and target not in seen:
                 seen.add(target)
-                runner_model.load_weights([(target, tensor.detach())])
+                load_weights(self.llm, [(target, tensor.detach())])
         self.llm.reset_prefix_cache()
 
     def generate_ids(

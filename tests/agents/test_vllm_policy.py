@@ -172,3 +172,17 @@ def test_vllm_engine_on_a_tiny_checkpoint(tmp_path):  # pragma: no cover - GPU o
             -1, torch.tensor(completion.token_ids)[:, None]
         )
         assert torch.allclose(torch.tensor(completion.logprobs), expected.squeeze(-1), atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [("cuda:1", "CUDA_VISIBLE_DEVICES=1 passkt eval"), ("cpu", "CUDA GPUs only")],
+)
+def test_a_device_vllm_cannot_be_given_is_refused_before_vllm_loads(device, message):
+    from passkt.agents.specs import load_policy
+    from passkt.agents.vllm_policy import check_vllm_device
+
+    with pytest.raises(ValueError, match=message):
+        load_policy("vllm:some/model", device=device)  # refused before vLLM is imported
+    for accepted in (None, "cuda", "auto"):
+        check_vllm_device(accepted)

@@ -500,3 +500,43 @@ def test_methods_and_per_category_n_are_checked(tmp_path):
             sets = sets[:2]
         with pytest.raises(StudyError, match=re.escape(message)):
             study.run(["splits", "--out", out, "--profile", "tiny", *sets])
+
+
+def test_each_job_gets_its_own_gpus_when_cuda_devices_exist():
+    from passkt.study.pipeline import cuda_devices, gpu_slots
+
+    assert gpu_slots(4, ["0", "1", "2", "3", "4", "5", "6", "7"]) == ["0,1", "2,3", "4,5", "6,7"]
+    assert gpu_slots(2, ["3", "5"]) == ["3", "5"]
+    assert gpu_slots(3, ["0", "1"]) == ["0", "1", "0"]  # more jobs than GPUs: they share
+    assert gpu_slots(4, []) == []
+    assert cuda_devices({"CUDA_VISIBLE_DEVICES": "2, 5"}) == ["2", "5"]
+    assert cuda_devices({"CUDA_VISIBLE_DEVICES": ""}) == []
+
+
+def test_the_jobs_of_a_stage_run_on_disjoint_gpus(tmp_path, monkeypatch):
+    import subprocess
+    import threading
+    from types import SimpleNamespace
+
+    import passkt.study.pipeline as pipeline
+
+    running: list[str] = []
+    seen: list[list[str]] = []
+    lock = threading.Lock()
+
+    def fake_run(command, stdout, stderr, env):
+        with lock:
+            running.append(env["CUDA_VISIBLE_DEVICES"])
+            seen.append(list(running))
+        threading.Event().wait(0.05)
+        with lock:
+            running.remove(env["CUDA_VISIBLE_DEVICES"])
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(pipeline.subprocess, "run", fake_run)
+    monkeypatch.setattr(pipeline, "cuda_devices", lambda: ["0", "1", "2", "3"])
+    units = [SimpleNamespace(key=f"eval/A/s{i}") for i in range(6)]
+    pipeline._run_children(SimpleNamespace(out=tmp_path), "eval", units, jobs=2)
+    assert all(set(group) <= {"0,1", "2,3"} for group in seen)
+    assert all(len(group) == len(set(group)) for group in seen)  # never two jobs on one group
+    assert len(seen) == 6

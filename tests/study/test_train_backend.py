@@ -11,10 +11,23 @@ STUDY_DIR = Path(__file__).resolve().parents[2] / "study"
 from passkt.study.profile import StudyError, resolve  # noqa: E402
 
 
-def test_paper_trains_with_passkt_by_default_and_with_trl_when_asked():
-    assert resolve("paper")["train"]["backend"] == "passkt"
-    trl = resolve("paper", ['train.backend="trl"', "train.trl.use_vllm=true"])["train"]
+def test_paper_trains_with_trl_by_default_and_with_passkt_when_asked():
+    assert resolve("paper")["train"]["backend"] == "trl"
+    assert resolve("tiny")["train"]["backend"] == "passkt"
+    assert resolve("paper", ['train.backend="passkt"'])["train"]["backend"] == "passkt"
+    trl = resolve("paper", ["train.trl.use_vllm=true"])["train"]
     assert trl["backend"] == "trl" and trl["trl"] == {"use_vllm": True}  # TRL options pass on
+
+
+def test_the_paper_grpo_settings_map_onto_trl_on_eight_processes():
+    from passkt.agents.train.config import GRPOConfig
+    from passkt.agents.train.trl import trl_args
+
+    fields = resolve("paper")["grpo"]
+    config = GRPOConfig.from_dict({**fields, "policy": "hf:Qwen/Qwen2.5-7B-Instruct"})
+    args = trl_args(config, world_size=8)
+    assert args["num_generations"] == 8 and args["per_device_train_batch_size"] == 4
+    assert args["gradient_accumulation_steps"] * 4 * 8 == fields["tasks_per_step"] * 8
 
 
 def test_an_unknown_backend_is_refused_with_the_choices():

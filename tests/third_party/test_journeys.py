@@ -123,6 +123,27 @@ def test_eval_report_compare_train_and_eval_again(journey, tiny, tmp_path):
 
 
 @pytest.mark.slow
+def test_train_grpo_through_trl_on_a_plain_env_then_eval_its_checkpoint(tiny, tmp_path):
+    """``--backend trl`` on an env with nothing but ``reset`` / ``step`` (no category, tasks or
+    budget argument): TRL's GRPOTrainer trains it 2 steps, and ``passkt eval`` loads the result."""
+    pytest.importorskip("trl", reason="--backend trl needs the trl extra")
+    work = user_folder(tmp_path)
+    env = ["--import", "kv_lookup", "--env", "KVLookupMinimal-v0"]
+    grpo = ["train", "grpo", "--backend", "trl", *env, "--policy", f"hf:{tiny}"]
+    grpo += ["--t-train", "1", "--group-size", "2", "--tasks-per-step", "2", "--limit", "4"]
+    grpo += ["--max-new-tokens", "8", "--max-steps", "2", "--no-progress", "--out", "trl"]
+    trained = passkt(work, *grpo)
+    checkpoint = work / trained.stdout.strip().splitlines()[-1]
+    assert checkpoint == work / "trl" / "final" and (checkpoint / "config.json").is_file()
+    assert "trained 2 steps" in trained.stderr
+    small = ["--n", "2", "--budgets", "0,1", "--limit", "2", "--max-new-tokens", "8"]
+    small += ["--no-progress"]
+    passkt(work, "eval", *env, "--policy", f"hf:{checkpoint}", *small, "--out", "runs/trl")
+    rows = (work / "runs/trl/results.jsonl").read_text().splitlines()
+    assert len(rows) == 2 * 2 * 2
+
+
+@pytest.mark.slow
 def test_guess_the_number_behind_kwargs_reads_its_random_rate_at_t0(tmp_path):
     work = user_folder(tmp_path)
     done = passkt(

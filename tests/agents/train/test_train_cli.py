@@ -123,3 +123,48 @@ def test_bad_env_fails_in_one_line_before_the_model_loads(flags, message, tmp_pa
         main([*argv, "--out", str(tmp_path / "out"), "--no-progress"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize("kind", ["DEEPSPEED", "FSDP"])
+def test_passkt_trainer_refuses_a_sharded_accelerate_state_before_writing(
+    kind, tiny64, tmp_path, capsys, monkeypatch
+):
+    """Under a DeepSpeed ZeRO or FSDP accelerate config passkt's trainer stops in one line that
+    names --backend trl, and leaves no output folder."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    import passkt.agents.train.loop as loop
+
+    state = SimpleNamespace(distributed_type=DistributedType[kind])
+    monkeypatch.setattr(loop, "make_accelerator", lambda: state)
+    out = tmp_path / "grpo"
+    argv = ["train", "grpo", "--policy", f"hf:{tiny64}", "--env", "BridgeQA-v0"]
+    argv += ["--env-kwargs", "source=people", "--max-steps", "1", "--out", str(out)]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and kind in err[0] and "--backend trl" in err[0]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["NO", "MULTI_CPU", "MULTI_GPU"])
+def test_passkt_trainer_keeps_one_process_and_ddp(kind):
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    from passkt.agents.train.loop import refuse_sharding
+
+    refuse_sharding(SimpleNamespace(distributed_type=DistributedType[kind]))
+
+
+def test_backend_flag_is_grpo_only_and_checked(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "grpo", "--backend", "deepspeed", "--print-config"])
+    assert "invalid choice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "sft", "--backend", "trl", "--print-config"])
+    assert "unrecognized arguments: --backend" in capsys.readouterr().err

@@ -174,6 +174,28 @@ def test_trl_args_refuse_what_trl_cannot_do(change, message):
         trl_args(config(**change))
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"use_vllm": True, "vllm_tensor_parallel_size": 2}, "vllm_mode='server'"),
+        (
+            {"use_vllm": True, "vllm_mode": "colocate", "vllm_tensor_parallel_size": 2},
+            "tensor_parallel_size > 1",
+        ),
+        ({"use_vllm": True, "vllm_enable_sleep_mode": True}, "KV cache sleeps"),
+    ],
+)
+def test_trl_vllm_options_the_rollouts_cannot_honour_are_refused_up_front(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        trl_args(config(), **overrides)
+
+
+def test_trl_vllm_options_the_rollouts_honour_pass():
+    server = trl_args(config(), use_vllm=True, vllm_mode="server", vllm_tensor_parallel_size=2)
+    assert server["vllm_tensor_parallel_size"] == 2
+    assert trl_args(config(), vllm_enable_sleep_mode=True)["vllm_enable_sleep_mode"]  # no vLLM
+
+
 def test_the_fixed_batch_check_wants_one_micro_batch():
     from passkt.agents.train.trl_check import fixed_batch_agreement
 

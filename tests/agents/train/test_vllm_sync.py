@@ -141,7 +141,7 @@ def test_grpo_gives_the_rollout_engine_the_weights_after_every_optimizer_step(
 
     engines = []
 
-    def stand_in(config, rank):
+    def stand_in(config, rank, world_size=1):
         engines.append(StandInEngine(Path(config.policy.removeprefix("hf:"))))
         return engines[-1]
 
@@ -168,3 +168,70 @@ def test_grpo_gives_the_rollout_engine_the_weights_after_every_optimizer_step(
     trained = result.model.state_dict()
     sampled = engine.inner.model.state_dict()
     assert all(torch.equal(trained[name], sampled[name]) for name in trained)
+
+
+def test_lora_ranks_are_rounded_up_to_one_vllm_accepts_with_a_warning(caplog):
+    from passkt.agents.train.vllm_sync import VLLM_LORA_RANKS, vllm_lora_rank
+
+    assert [vllm_lora_rank(r) for r in VLLM_LORA_RANKS] == list(VLLM_LORA_RANKS)
+    assert not caplog.records  # accepted ranks pass silently
+    assert vllm_lora_rank(4) == 8 and vllm_lora_rank(300) == 320 and vllm_lora_rank(2) == 8
+    assert "max_lora_rank=8" in caplog.text
+    for bad in (0, 513):
+        with pytest.raises(ValueError, match="1 to 512"):
+            vllm_lora_rank(bad)
+
+
+def test_an_engine_per_training_process_joins_the_launcher_as_trl_colocates_it():
+    from passkt.agents.train.vllm_sync import engine_placement
+
+    # vLLM's EngineArgs field (documented for torchrun / TRL colocate); not inspected here:
+    # vLLM is not installed on the CPU test machines.
+    assert engine_placement(8) == {"distributed_executor_backend": "external_launcher"}
+    assert engine_placement(1) == {}
+
+
+class ApplyModelEngine:
+    """A stand-in ``vllm.LLM`` with only the public API the sync may use: ``apply_model`` (run a
+    function on every worker's model) and ``reset_prefix_cache``; no ``llm_engine``."""
+
+    def __init__(self, model) -> None:
+        self.model, self.calls, self.resets = model, 0, 0
+
+    def apply_model(self, func):
+        self.calls += 1
+        return [func(self.model)]
+
+    def reset_prefix_cache(self) -> None:
+        self.resets += 1
+
+
+class LoadsByName:
+    def __init__(self) -> None:
+        self.loaded: dict[str, torch.Tensor] = {}
+
+    def load_weights(self, weights) -> None:
+        self.loaded.update(dict(weights))
+
+
+def test_full_weight_sync_goes_through_apply_model_not_the_driver_worker(tiny64):
+    from transformers import AutoModelForCausalLM
+
+    from passkt.agents.train.vllm_sync import VLLMTrainingPolicy
+
+    trained = AutoModelForCausalLM.from_pretrained(tiny64)
+    policy = object.__new__(VLLMTrainingPolicy)  # the engine itself needs a GPU
+    policy.lora, policy.llm = False, ApplyModelEngine(LoadsByName())
+    policy.sync(trained, step=1)
+    state = trained.state_dict()
+    loaded = policy.llm.model.loaded
+    assert policy.llm.calls == len(loaded) and policy.llm.resets == 1
+    for name, tensor in loaded.items():
+        assert torch.equal(tensor, state[name]), name
+
+
+def test_no_vllm_call_reaches_the_in_process_driver_worker():
+    package = Path(__file__).resolve().parents[3]
+    for folder in ("agents", "eval", "study", "envs", "passkt"):
+        for source in (package / folder).rglob("*.py"):
+            assert ".driver_worker" not in source.read_text(), source
