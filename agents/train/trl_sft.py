@@ -82,10 +82,10 @@ def trl_sft_args(config: SFTConfig, world_size: int = 1, **overrides: Any) -> di
 
 def make_trl_sft_trainer(config: SFTConfig, **trl_overrides: Any) -> Any:
     """A ``trl.SFTTrainer`` on ``config``'s expert episodes, masked as ``train_sft`` masks them."""
-    try:  # optional: the trl extra (TRL and datasets)
-        from datasets import Dataset
-        from trl import SFTConfig as TRLConfig
-        from trl import SFTTrainer
+    try:
+        from datasets import Dataset  # optional: the trl extra
+        from trl import SFTConfig as TRLConfig  # optional: the trl extra
+        from trl import SFTTrainer  # optional: the trl extra
     except ImportError as e:
         raise MissingDependencyError("trl", "trl") from e
     from transformers import AutoTokenizer  # optional: the hf extra
