@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from passkt.agents.train.common import read_metrics
+from passkt.agents.train.report import read_metrics
 
 WORKER = Path(__file__).with_name("trl_emulated_worker.py")
 
