@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from passkt.eval.transcripts import truncate_lines
+
 __all__ = [
     "DIGESTS_FILE",
     "INTEGRITY",
@@ -98,21 +100,7 @@ def read_digests(directory: Path) -> list[dict[str, Any]] | None:
 
 def truncate_digests(directory: Path, chunks: int) -> None:
     """Cut ``digests.jsonl`` to the lines of its first ``chunks`` chunks."""
-    path = directory / DIGESTS_FILE
-    if not path.is_file():
-        return
-    end, seen = 0, 0
-    with path.open("rb") as f:
-        for raw in f:
-            if seen == chunks or not raw.endswith(b"\n"):
-                break
-            end, seen = end + len(raw), seen + 1
-        size = f.seek(0, os.SEEK_END)
-    if end != size:
-        with path.open("r+b") as f:
-            f.truncate(end)
-            f.flush()
-            os.fsync(f.fileno())
+    truncate_lines(directory / DIGESTS_FILE, chunks)
 
 
 def first_bad_transcript_chunk(

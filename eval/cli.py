@@ -56,7 +56,7 @@ DEFAULT_LIMIT = 100
 _PLUGINS: dict[str, tuple[str, str]] = {
     "train": ("passkt.agents.train.cli", "train a policy with GRPO or SFT on any registered env"),
     "analyze": ("passkt.eval.analysis.cli", "segment perplexity and strategy diversity of runs"),
-    "power": ("passkt.eval.power_cli", "problems (or the smallest change) a comparison needs"),
+    "power": ("passkt.eval.cli_power", "problems (or the smallest change) a comparison needs"),
 }
 """Subcommands that live in other modules: name -> (module with ``add_parser(subparsers)``, help).
 A module is imported only when its command runs, so the CLI starts fast and works without it."""

@@ -66,7 +66,11 @@ def append_lines(path: Path, lines: Iterable[Mapping[str, Any]]) -> bytes:
 
 def truncate_transcripts(directory: Path, lines: int) -> None:
     """Cut ``transcripts.jsonl`` to its first ``lines`` lines (those of the finished chunks)."""
-    path = directory / TRANSCRIPTS_FILE
+    truncate_lines(directory / TRANSCRIPTS_FILE, lines)
+
+
+def truncate_lines(path: Path, lines: int) -> None:
+    """Cut a JSON Lines file to its first ``lines`` complete lines, fsynced (absent: nothing)."""
     if not path.exists():
         return
     end, seen = 0, 0

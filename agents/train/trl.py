@@ -484,6 +484,12 @@ def train_grpo_trl(config: GRPOConfig, *, resume: bool = False, **trl_overrides:
     trainer = make_trl_trainer(config, **trl_overrides)
     exists = resume and os.path.isdir(config.output_dir)
     trainer.train(resume_from_checkpoint=get_last_checkpoint(config.output_dir) if exists else None)
+    return finish_trl_run(trainer, config, "reward/mean")
+
+
+def finish_trl_run(trainer: Any, config: Any, metric: str) -> TrainResult:
+    """Save a finished TRL run as ``OUT/final`` (a plain HF folder; LoRA merged, its adapter in
+    ``OUT/final-adapter``) and describe it; ``metric`` picks the log lines of the last metrics."""
     final = os.path.join(config.output_dir, "final")
     main = trainer.accelerator.is_main_process
     if config.finetune == "lora":  # the adapter beside, the merged model as the checkpoint
@@ -499,7 +505,7 @@ def train_grpo_trl(config: GRPOConfig, *, resume: bool = False, **trl_overrides:
     if main:
         trainer.processing_class.save_pretrained(final)
     trainer.accelerator.wait_for_everyone()
-    logs = [log for log in trainer.state.log_history if "reward/mean" in log]
+    logs = [log for log in trainer.state.log_history if metric in log]
     return TrainResult(
         output_dir=Path(config.output_dir),
         checkpoint=Path(final) if main else None,

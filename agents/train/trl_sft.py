@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from passkt.agents.train.config import SFTConfig, policy_path
-from passkt.agents.train.loop import TrainResult
 from passkt.agents.train.sft import ExpertExample, expert_examples
-from passkt.agents.train.trl import lora_config
+from passkt.agents.train.trl import finish_trl_run, lora_config
 from passkt.envs.errors import MissingDependencyError
 
 _SCHEDULERS = {"constant": "constant", "linear": "linear", "cosine": "cosine"}
@@ -113,25 +111,4 @@ def train_sft_trl(config: SFTConfig, **trl_overrides: Any) -> Any:
 
     trainer = make_trl_sft_trainer(config, **trl_overrides)
     trainer.train()
-    final = os.path.join(config.output_dir, "final")
-    main = trainer.accelerator.is_main_process
-    if config.finetune == "lora":
-        trainer.save_model(final + "-adapter")  # every process: gathers ZeRO-3 / FSDP shards
-        if main:
-            from peft import AutoPeftModelForCausalLM  # optional: the hf extra
-
-            merged = AutoPeftModelForCausalLM.from_pretrained(final + "-adapter").merge_and_unload()
-            merged.save_pretrained(final)
-    else:
-        trainer.save_model(final)
-    if main:
-        trainer.processing_class.save_pretrained(final)
-    trainer.accelerator.wait_for_everyone()
-    logs = [log for log in trainer.state.log_history if "loss" in log]
-    return TrainResult(
-        output_dir=Path(config.output_dir),
-        checkpoint=Path(final) if main else None,
-        steps=int(trainer.state.global_step),
-        last_metrics={k: float(v) for k, v in (logs[-1] if logs else {}).items()},
-        model=trainer.accelerator.unwrap_model(trainer.model),
-    )
+    return finish_trl_run(trainer, config, "loss")
