@@ -30,7 +30,7 @@ def _runs(study: Study, cat: str, seed: int) -> dict[str, Path]:
     """Role -> run directory: base, RL, SFT (the order of the comparison tables), then RFT (the
     on-policy control) when the profile runs it."""
     runs = {
-        "base": study.eval_dir(cat, "base"),
+        "base": study.base_eval_dirs(cat, study.base_of(seed))[0],
         "RL": study.eval_dir(cat, "rl", seed),
         "SFT": study.eval_dir(cat, "sft", seed),
     }
@@ -64,8 +64,10 @@ def make_comparison(study: Study, cat: str, seed: int) -> dict[str, Any]:
     out = study.compare_dir(cat, seed)
     runs = _runs(study, cat, seed)
     boot = {"n_boot": stats["n_boot"], "level": stats["level"], "seed": 0}
-    repeats = study.base_eval_dirs(cat)[1:]
-    peers = [d for p in study.floor_pretrain_seeds() for d in study.base_eval_dirs(cat, p)]
+    own = study.base_of(seed)
+    repeats = study.base_eval_dirs(cat, own)[1:]
+    others = [p for p in (None, *study.floor_pretrain_seeds()) if p != own]
+    peers = [d for p in others for d in study.base_eval_dirs(cat, p)]
     write_comparison(list(runs.values()), out, ks=study.ks(cat), repeats=repeats, peers=peers,
                      **boot)  # fmt: skip
     for role, folder in runs.items():
@@ -75,7 +77,7 @@ def make_comparison(study: Study, cat: str, seed: int) -> dict[str, Any]:
     return {
         "T_max": metrics["T_max"],
         "runs": {r: m["name"] for r, m in metrics["runs"].items()},
-        "floor": floor_names(study, cat),
+        "floor": floor_names(study, cat, seed),
     }
 
 
@@ -107,9 +109,9 @@ def comparison_metrics(study: Study, cat: str, seed: int) -> dict[str, Any]:
     # recipe pretrained with other seeds; the base's own repeats alone give the eval floor.
     repeats = [tables["base"]] + [
         _eval_table(study, cat, folder).with_name(name)
-        for folder, name in study.floor_runs(cat)[1:]
+        for folder, name in study.floor_runs(cat, seed)[1:]
     ]
-    own = len(study.base_eval_dirs(cat))
+    own = len(study.base_eval_dirs(cat, study.base_of(seed)))
     ks = study.ks(cat)
     pairs = {}
     floor = eval_floor = None
@@ -234,7 +236,7 @@ def _perplexity(study: Study, runs: dict[str, Path], seed: int, t_max: int) -> t
     """The base model's perplexity of each chosen run's successful trajectories, by segment."""
 
     settings, stats = study.profile["analyze"], study.profile["stats"]
-    scorer_spec = f"hf:{study.base_model()}"
+    scorer_spec = f"hf:{study.base_model(study.base_of(seed))}"
     model = tokenizer = None
     parts, summary = [], {}
     for role in settings["perplexity_of"]:

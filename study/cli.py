@@ -6,6 +6,7 @@
     passkt study run my_profile.toml --out runs/mine         a profile of your own
     passkt study run --stage eval-base --out runs/study-tiny  one stage (the profile is stored)
     passkt study report runs/study-tiny                      remake the report (seconds)
+    passkt study report results/powered                      remake summary.md from data/ alone
     passkt study sweep runs/a runs/b runs/c --out runs/sweep  boundary change across studies
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 from passkt.study import pipeline, sweep
 from passkt.study.profile import StudyError, known_profiles
 from passkt.study.stages import STAGES
+from passkt.study.summary import DATA_DIR, DataError, make_summary, read_data
 
 
 def add_parser(subparsers: Any) -> None:
@@ -47,8 +49,14 @@ def add_parser(subparsers: Any) -> None:
     run.add_argument("--stage", choices=(*STAGES, "all"), default="all", help="run only this stage")
     pipeline.add_arguments(run)
     run.set_defaults(func=_run)
-    report = verbs.add_parser("report", help="remake a study's report from its finished stages")
-    report.add_argument("out", metavar="DIR", type=Path, help="the study folder")
+    report = verbs.add_parser(
+        "report",
+        help="remake a study's report from its finished stages, or its summary from data/",
+        description="Remake OUT/report/ from a study folder's finished stages; on a folder "
+        "that holds a report's data/ (e.g. a committed copy), remake summary.md and its figures "
+        "from that data alone.",
+    )
+    report.add_argument("out", metavar="DIR", type=Path, help="a study folder or a report folder")
     report.set_defaults(func=_report)
     draw = verbs.add_parser("sweep", help="compare the boundary change across finished studies")
     draw.add_argument("studies", nargs="+", help="finished study folders")
@@ -70,6 +78,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    if (args.out / DATA_DIR / "study.json").is_file() and not (args.out / "profile.json").exists():
+        try:
+            path = make_summary(read_data(args.out / DATA_DIR), args.out)
+        except DataError as e:
+            print(f"passkt study: error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {path} from {args.out / DATA_DIR}")
+        return 0
     return _guarded(lambda: pipeline.run(["report", "--out", str(args.out)]))
 
 

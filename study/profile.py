@@ -221,6 +221,13 @@ def check(profile: Mapping[str, Any], where: str) -> None:
     if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
         raise StudyError(f"{where}: seeds must be a non-empty list of distinct integers")
     _check_base(profile["base"], where)
+    if profile["base"].get("per_seed"):
+        own = profile["base"]["pretrain"].get("seed", PretrainConfig.seed)
+        if own not in seeds:
+            raise StudyError(
+                f"{where}: with base.per_seed, seeds {seeds} must include the base recipe's own "
+                f"pretraining seed (base.pretrain.seed = {own})"
+            )
     ev = profile["eval"]
     if ev["backend"] not in ("hf", "lean", "vllm"):
         raise StudyError(f"{where}: eval.backend must be hf, lean or vllm, got {ev['backend']!r}")
@@ -303,7 +310,16 @@ def _check_base(base: Mapping[str, Any], where: str) -> None:
             f"{where}: [base] needs exactly one of model = 'NAME_OR_PATH' (an existing policy) "
             "or pretrain = {size = 'nano', ...} (testbed pretraining)"
         )
-    _check_keys(base, {"model": 0, "pretrain": 0, "floor_models": 0}, f"{where} [base]")
+    _check_keys(
+        base, {"model": 0, "pretrain": 0, "floor_models": 0, "per_seed": 0}, f"{where} [base]"
+    )
+    if not isinstance(base.get("per_seed", False), bool):
+        raise StudyError(f"{where}: base.per_seed must be true or false")
+    if base.get("per_seed") and "pretrain" not in base:
+        raise StudyError(
+            f"{where}: base.per_seed = true pretrains the base recipe once per seed, so [base] "
+            "needs pretrain = {...} (a base given as model = '...' has one pretraining)"
+        )
     floor_models = base.get("floor_models", {})
     if "floor_models" in base and "model" not in base:
         raise StudyError(

@@ -22,8 +22,19 @@ from PIL import Image
 
 from passkt.eval.estimator import surface
 from passkt.eval.stats import bootstrap_surface, surface_interval
-from passkt.eval.store import load_run
+from passkt.eval.store import load_run, read_run
 from passkt.study.stages import ROLES, STAGES, Study, floor_names, read_done, run_name
+from passkt.study.summary import (
+    DATA_DIR,
+    SHARED,
+    SUMMARY_FILE,
+    RunCounts,
+    StudyData,
+    episode_counts,
+    make_summary,
+    read_data,
+    write_data,
+)
 
 
 def make_report(study: Study) -> dict[str, Any]:
@@ -33,7 +44,9 @@ def make_report(study: Study) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     metrics = {(c, s): _json(study.compare_dir(c, s) / "metrics.json") for c, s in _units(study)}
     analyses = {(c, s): _json(study.analysis_dir(c, s) / "analysis.json") for c, s in _units(study)}
-    parts = [_overview(study), _targets(study), _lr_trials(study)]
+    data = write_data(out / DATA_DIR, study_data(study))
+    summary = make_summary(read_data(data), out)  # from the written copy: what a clone remakes
+    parts = [_overview(study), _verdicts(summary), _targets(study), _lr_trials(study)]
     parts += ["## Seed aggregate\n", _aggregate_intro(study)]
     for cat in study.categories:
         rows = [(metrics[cat, s], analyses[cat, s]) for s in study.seeds]
@@ -49,6 +62,79 @@ def make_report(study: Study) -> dict[str, Any]:
     floor = {c: floor_names(study, c) for c in study.categories}
     return {"report": str(report), "figures": figures, "categories": study.categories,
             "seeds": study.seeds, "floor": floor}  # fmt: skip
+
+
+def study_data(study: Study) -> StudyData:
+    """The compact counts the summary is made from (see :mod:`passkt.study.summary`)."""
+    categories = {}
+    for cat in study.categories:
+        ids, budgets, n = study.task_ids(cat, "eval"), study.budgets(cat), study.n(cat)
+        runs = []
+        bases = {study.base_of(s) for s in study.seeds}
+        for s in study.seeds:
+            if study.per_seed or s == study.seeds[0]:
+                folder = study.base_eval_dirs(cat, study.base_of(s))[0]
+                seed = s if study.per_seed or len(bases) > 1 else SHARED
+                runs.append(_counts(folder, "base", seed, ids, budgets, n))
+        for role in study.trained_roles():
+            for s in study.seeds:
+                runs.append(_counts(study.eval_dir(cat, role.lower(), s), role, s, ids, budgets, n))
+        categories[cat] = {
+            "env_id": study.env(cat)[0],
+            "env_kwargs": study.env(cat)[1],
+            "task_ids": ids,
+            "budgets": budgets,
+            "runs": runs,
+        }
+    return StudyData(
+        study.profile["name"],
+        study.per_seed,
+        float(study.profile["stats"]["level"]),
+        categories,
+        _cost_rows(study),
+    )
+
+
+def _counts(
+    folder: Path, role: str, seed: int, ids: list[str], budgets: list[int], n: int
+) -> RunCounts:
+    contents = read_run(folder)
+    name = contents.manifest.get("name", folder.name)
+    return RunCounts(name, role, seed, n, *episode_counts(contents.records, ids, budgets, n))
+
+
+def _cost_rows(study: Study) -> list[dict[str, Any]]:
+    """Per stage: units, their seconds summed, the stage's wall seconds (``timings.jsonl``)."""
+    units: dict[str, set] = defaultdict(set)
+    unit_seconds: dict[str, float] = defaultdict(float)
+    wall: dict[str, float] = defaultdict(float)
+    for line in read_timings(study.out):
+        if line["status"] == "stage":
+            wall[line["stage"]] += line["seconds"]
+        else:
+            units[line["stage"]].add(line["unit"])
+            unit_seconds[line["stage"]] += line["seconds"]
+    return [
+        {
+            "stage": stage,
+            "units": len(units[stage]),
+            "unit_seconds": round(unit_seconds[stage], 1),
+            "wall_seconds": round(wall.get(stage, 0.0), 1),
+        }
+        for stage in sorted(set(units) | set(wall), key=stage_order)
+        if stage != "report"  # the report's own time is recorded after it is written
+    ]
+
+
+def _verdicts(summary: Path) -> str:
+    """The summary's generated verdict sentences, quoted, with a link to its tables."""
+    text = summary.read_text(encoding="utf-8")
+    block = text.split("## Verdicts\n", 1)[1].split("\n## ", 1)[0].strip()
+    return (
+        "## Seed-level verdicts\n\nThe rule for a gain or a loss: the seed-level test, "
+        f"tables and T explained in [{SUMMARY_FILE}]({SUMMARY_FILE}) (made from `{DATA_DIR}/`; "
+        "the noise-floor rows below are descriptive).\n\n" + block + "\n"
+    )
 
 
 def _units(study: Study) -> list[tuple[str, int]]:
@@ -149,6 +235,12 @@ def _overview(study: Study) -> str:
         f"- Base policy: {what}; SFT (expert trajectories) and GRPO trained from it per category "
         f"and seed on the same {p['limit_train']} training problems"
         + (
+            " (base.per_seed: seed s is the base recipe pretrained with seed s and the policies "
+            "trained from it with training seed s, so every replicate has its own base)"
+            if study.per_seed
+            else ""
+        )
+        + (
             "; RFT (the on-policy control): SFT on the base's own rewarded samples of them."
             if "rft" in p["methods"]
             else "."
@@ -242,15 +334,15 @@ def _aggregate_intro(study: Study) -> str:
     )
     floor = (
         f"The base policy is evaluated {repeats} times (evaluation seeds {first}.."
-        f"{first + repeats - 1}){peers}; the differences between those "
-        "evaluations are the noise floor, and a difference to base is counted as a finding only "
-        "when it is significant after Holm's correction and larger than every base-vs-base "
-        "difference (boundary gain: more problems only the trained policy solves than any "
-        "base-vs-base swap count, with a CI of the size difference above 0; a loss mirrored: more "
-        "problems only the base solves, a CI below 0)."
+        f"{first + repeats - 1}){peers}; the differences between those evaluations are the "
+        "noise floor. The floor is descriptive: the rows 'beyond the floor' count the seeds "
+        "whose difference to base is significant after Holm's correction and larger than every "
+        "base-vs-base difference (the earlier rule for a finding, kept for comparison); gains "
+        "and losses are decided by the seed-level test (section 'Seed-level verdicts')."
         if repeats > 1 or others
         else "The base policy is evaluated once (eval.base_repeats = 1), so there is no noise "
-        "floor and no difference is counted as a finding; set eval.base_repeats = 3 to get one."
+        "floor; gains and losses are decided by the seed-level test (section 'Seed-level "
+        "verdicts')."
     )
     return (
         f"Over the {len(study.seeds)} training seed(s): mean ± sample standard deviation "
@@ -351,10 +443,10 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
                 text += f", |widening| {_spread([f['max_abs_widening'] for f in values])}"
             table.append([label, *["-"] * len(roles), *[text] * len(trained)])
         for key, label in (
-            ("gap@1", "pass@1 difference is a finding"),
-            ("gap@n", "pass@n difference is a finding"),
-            ("boundary", "boundary gain is a finding"),
-            ("boundary_loss", "boundary loss is a finding"),
+            ("gap@1", "pass@1 difference beyond the floor"),
+            ("gap@n", "pass@n difference beyond the floor"),
+            ("boundary", "boundary gain beyond the floor"),
+            ("boundary_loss", "boundary loss beyond the floor"),
         ):
             counts = []
             for r in trained:
@@ -438,7 +530,8 @@ def _seed_figure(study: Study, cat: str) -> str:
     )
 
     t_max = max(study.budgets(cat))
-    folders = [study.eval_dir(cat, "base")]
+    bases = sorted({study.base_of(s) for s in study.seeds}, key=lambda p: -1 if p is None else p)
+    folders = [study.base_eval_dirs(cat, p)[0] for p in bases]
     trained = [r.lower() for r in study.trained_roles()]
     folders += [study.eval_dir(cat, r, s) for r in ("rl", "sft", "rft") if r in trained
                 for s in study.seeds]  # fmt: skip

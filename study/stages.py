@@ -5,7 +5,8 @@ Layout of a study folder ``OUT``::
     profile.json  timings.jsonl  logs/<stage>/<unit>.log (--jobs)
     splits/<cat>/{eval,train}.txt           task ids (matched data: every policy sees these)
     base/                                   testbed pretraining (model/), or done.json naming it
-    base-p<seed>/                           the base recipe at another pretraining seed (floor)
+    base-p<seed>/                           the base recipe at another pretraining seed (floor;
+                                            with base.per_seed, training seed <seed>'s own base)
     eval/<cat>/base/                        evaluation runs (manifest.json, results.jsonl)
     eval/<cat>/base-eval<r>/, base-p<seed>[-eval<r>]/   the base evaluations of the noise floor
     eval/<cat>/{sft,rl,rft}-seed<s>/        (rft: only when the profile's methods list it)
@@ -71,9 +72,31 @@ class Study:
     def eval_dir(self, cat: str, role: str, seed: int | None = None) -> Path:
         return self.out / "eval" / cat / (role if seed is None else f"{role}-seed{seed}")
 
+    @property
+    def per_seed(self) -> bool:
+        """``base.per_seed``: seed s trains from the base recipe pretrained with seed s, so the
+        replicate is a whole (pretraining, training) pair rather than a training seed."""
+        return bool(self.profile["base"].get("per_seed", False))
+
+    def base_of(self, seed: int | None) -> int | None:
+        """The pretraining seed of the base that seed ``seed`` trains from and is compared with:
+        None (``base/``) unless ``base.per_seed``, where it is ``seed`` itself (``base-p<seed>/``;
+        the recipe's own seed is ``base/``)."""
+        if not self.per_seed or seed is None or seed == pretrain_seed_of(self.profile):
+            return None
+        return seed
+
     def floor_pretrain_seeds(self) -> list[int]:
-        """Other pretraining seeds of the base recipe, pretrained and evaluated for the floor."""
-        return list(self.profile["eval"]["floor_pretrain_seeds"])
+        """Other pretraining seeds of the base recipe, pretrained and evaluated: the floor's
+        (``eval.floor_pretrain_seeds``) and, with ``base.per_seed``, every other profile seed."""
+        seeds = list(self.profile["eval"]["floor_pretrain_seeds"])
+        if self.per_seed:
+            own = pretrain_seed_of(self.profile)
+            seeds += [s for s in self.profile["seeds"] if s != own and s not in seeds]
+        return seeds
+
+    def base_folder(self, pretrain_seed: int | None = None) -> Path:
+        return self.base_dir if pretrain_seed is None else self.floor_base_dir(pretrain_seed)
 
     def floor_base_dir(self, pretrain_seed: int) -> Path:
         return self.out / f"base-p{pretrain_seed}"
@@ -87,13 +110,15 @@ class Study:
             self.out / "eval" / cat / f"{stem}-eval{r}" for r in range(1, repeats)
         ]
 
-    def floor_runs(self, cat: str) -> list[tuple[Path, str]]:
+    def floor_runs(self, cat: str, seed: int | None = None) -> list[tuple[Path, str]]:
         """``(folder, name)`` of every base evaluation of the noise floor that trained-vs-base
-        results are read against: the base and its repeats, then each
-        ``eval.floor_pretrain_seeds`` base and its repeats."""
+        results are read against: the base of ``seed`` (see :meth:`base_of`) and its repeats
+        first, then every other base of the recipe and its repeats."""
+        first = self.base_of(seed)
+        order = [first] + [p for p in (None, *self.floor_pretrain_seeds()) if p != first]
         return [
             (folder, base_name(p, r))
-            for p in (None, *self.floor_pretrain_seeds())
+            for p in order
             for r, folder in enumerate(self.base_eval_dirs(cat, p))
         ]
 
@@ -148,8 +173,7 @@ class Study:
         return [line for line in path.read_text(encoding="utf-8").splitlines() if line]
 
     def base_model(self, pretrain_seed: int | None = None) -> str:
-        folder = self.base_dir if pretrain_seed is None else self.floor_base_dir(pretrain_seed)
-        return self._model(read_done(folder, "base"))
+        return self._model(read_done(self.base_folder(pretrain_seed), "base"))
 
     def trained_model(self, method: str, cat: str, seed: int) -> str:
         return self._model(read_done(self.train_dir(method, cat, seed), "train"))
@@ -171,6 +195,12 @@ class Study:
     def trained_roles(self) -> list[str]:
         """Table names of every trained kind of the profile: SFT, RL, then RFT if it is run."""
         return [ROLES[m] for m in ("sft", "grpo", "rft") if m in self.profile["methods"]]
+
+
+def pretrain_seed_of(profile: dict[str, Any]) -> int | None:
+    """The pretraining seed of a profile's own base (``base/``): its recipe's, None for a model."""
+    pretrain = profile["base"].get("pretrain")
+    return None if pretrain is None else int(pretrain.get("seed", PretrainConfig.seed))
 
 
 def read_done(folder: Path, stage: str) -> dict[str, Any]:
@@ -359,7 +389,7 @@ def train_config(study: Study, method: str, cat: str, seed: int) -> Any:
     return cls.from_dict(
         {
             **fields,
-            "policy": f"{backend}:{study.base_model()}",
+            "policy": f"{backend}:{study.base_model(study.base_of(seed))}",
             "env_id": env_id,
             "env_kwargs": kwargs,
             "imports": tuple(study.profile["imports"]),
@@ -392,7 +422,7 @@ def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, A
         except NoSuccessfulSamples as e:
             # SFT on no data leaves the base as it is: the control is the base itself (and the
             # report says so: 0 steps, no data), rather than a stage that can never finish.
-            base = read_done(study.base_dir, "base")
+            base = read_done(study.base_folder(study.base_of(seed)), "base")
             named = {key: base[key] for key in ("model", "in_study") if key in base}
             return {**named, "steps": 0, "last_metrics": {}, "no_data": str(e)}
     else:
@@ -408,6 +438,6 @@ def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, A
     }
 
 
-def floor_names(study: Study, cat: str) -> list[str]:
+def floor_names(study: Study, cat: str, seed: int | None = None) -> list[str]:
     """The floor's evaluations of a category, as a compare or report done.json records them."""
-    return [study.relative(folder) for folder in study.floor_eval_dirs(cat)]
+    return [study.relative(folder) for folder, _ in study.floor_runs(cat, seed)]

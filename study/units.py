@@ -47,7 +47,7 @@ def stage_units(study: Study, stage: str) -> list[Unit]:
                 lambda c=c, r=r, p=p: make_eval(study, c, "base", None, repeat=r, pretrain_seed=p),
                 (
                     ("splits", study.splits_dir(c)),
-                    ("base", study.base_dir if p is None else study.floor_base_dir(p)),
+                    ("base", study.base_folder(p)),
                 ),
             )
             for p in bases
@@ -62,7 +62,7 @@ def stage_units(study: Study, stage: str) -> list[Unit]:
                 f"{m}/{c}/s{s}",
                 study.train_dir(m, c, s),
                 lambda m=m, c=c, s=s: make_training(study, m, c, s),
-                (("splits", study.splits_dir(c)), ("base", study.base_dir)),
+                (("splits", study.splits_dir(c)), ("base", study.base_folder(study.base_of(s)))),
             )
             for m in methods
             for c in cats
@@ -84,7 +84,7 @@ def stage_units(study: Study, stage: str) -> list[Unit]:
         if stage == "compare":
             for c in cats:
                 for s in seeds:
-                    _forget_other_floor(study, c, study.compare_dir(c, s))
+                    _forget_other_floor(study, c, s, study.compare_dir(c, s))
         folder, make = {
             "compare": (study.compare_dir, make_comparison),
             "analyze": (study.analysis_dir, make_analysis),
@@ -122,7 +122,7 @@ def _forget_other_report(study: Study, needs: list[tuple[str, Path]]) -> None:
             marker.unlink()
 
 
-def _forget_other_floor(study: Study, cat: str, folder: Path) -> None:
+def _forget_other_floor(study: Study, cat: str, seed: int, folder: Path) -> None:
     """A comparison read against another set of base evaluations (``eval.floor_pretrain_seeds``
     changed) is made again. Comparisons made before the floor was recorded had the base's own
     repeats, which is what ``floor_pretrain_seeds = []`` gives."""
@@ -130,5 +130,5 @@ def _forget_other_floor(study: Study, cat: str, folder: Path) -> None:
     if marker.is_file():
         done = json.loads(marker.read_text(encoding="utf-8"))
         recorded = done.get("floor", [study.relative(f) for f in study.base_eval_dirs(cat)])
-        if recorded != floor_names(study, cat):
+        if recorded != floor_names(study, cat, seed):
             marker.unlink()

@@ -132,7 +132,7 @@ def test_compare_analyze_and_report_use_the_runs(finished):
     report = out / "report" / "report.md"
     text = report.read_text()
     for name in ("RL s0", "SFT s0", "## Seed aggregate", "## Cost", "## Profile", "noise floor",
-                 "| boundary loss is a finding | - | - | - | 0/1 seeds"):  # fmt: skip
+                 "| boundary loss beyond the floor | - | - | - | 0/1 seeds"):  # fmt: skip
         assert name in text
     for cat in CATS:
         assert f"## Category {cat}" in text
@@ -494,7 +494,16 @@ def test_methods_and_per_category_n_are_checked(tmp_path):
         ("eval.floor_pretrain_seeds=['1']", "must be a list of integers"),
         ("base.floor_models={1 = 'm1'}", "a pretrained base (pretrain = {...}) makes its own"),
         ("base={model = 'm0', floor_models = {one = 'm1'}}", "must map pretraining seeds"),
+        ("base.per_seed=1", "base.per_seed must be true or false"),
+        ("base={model = 'm0', per_seed = true}", "needs pretrain = {...}"),
+        ("seeds=[1, 2]", "must include the base recipe's own pretraining seed"),
     ):
+        if setting.startswith("seeds"):
+            setting = "seeds=[1, 2]"
+            sets = ["--set", setting, "--set", "base.per_seed=true"]
+            with pytest.raises(StudyError, match=re.escape(message)):
+                study.run(["splits", "--out", out, "--profile", "tiny", *sets])
+            continue
         sets = ["--set", setting, "--set", "methods=['sft', 'grpo', 'rft']"]
         if setting.startswith("methods"):
             sets = sets[:2]
@@ -540,3 +549,42 @@ def test_the_jobs_of_a_stage_run_on_disjoint_gpus(tmp_path, monkeypatch):
     assert all(set(group) <= {"0,1", "2,3"} for group in seen)
     assert all(len(group) == len(set(group)) for group in seen)  # never two jobs on one group
     assert len(seen) == 6
+
+
+@pytest.mark.slow
+def test_per_seed_bases_train_and_compare_each_replicate_from_its_own_pretraining(tmp_path):
+    """``base.per_seed``: seed s trains from the recipe pretrained with seed s and is compared
+    with that base; the report's data/ folder alone remakes its summary byte for byte."""
+    import subprocess
+
+    out = tmp_path / "study"
+    per_seed = ["--set", "seeds=[0, 1]", "--set", "base.per_seed=true", "--categories", "C",
+                "--set", "eval.base_repeats=1"]  # fmt: skip
+    ran = study.run(["all", "--out", str(out), *SLICE, *per_seed]).ran
+    assert ran["base"] == ["base", "base-p1"]
+    assert sorted(ran["train"]) == sorted(f"{m}/C/s{s}" for m in ("grpo", "sft") for s in (0, 1))
+    for seed, base in ((0, "base"), (1, "base-p1")):
+        for method in ("sft", "grpo"):
+            config = json.loads((out / f"train/{method}/C/seed{seed}/config.json").read_text())
+            assert config["policy"] == f"lean:{(out / base / 'model').resolve()}"
+        metrics = json.loads((out / f"compare/C/seed{seed}/metrics.json").read_text())
+        assert metrics["runs"]["base"]["name"] == ("base" if seed == 0 else "base p1")
+    counts = json.loads((out / "report/data/counts-C.json").read_text())
+    assert [(r["role"], r["seed"]) for r in counts["runs"]] == [
+        ("base", 0), ("base", 1), ("SFT", 0), ("SFT", 1), ("RL", 0), ("RL", 1)]  # fmt: skip
+    base1 = load_run_counts(out / "eval/C/base-p1")
+    assert counts["runs"][1]["correct"] == base1
+    text = (out / "report/report.md").read_text()
+    assert "## Seed-level verdicts" in text and "no verdict" in text
+    copy = tmp_path / "copy"
+    shutil.copytree(out / "report/data", copy / "data")
+    cli = [sys.executable, "-m", "passkt", "study", "report", str(copy)]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (copy / "summary.md").read_bytes() == (out / "report/summary.md").read_bytes()
+
+
+def load_run_counts(folder: Path) -> list[list[int]]:
+    from passkt.eval.store import load_run
+
+    return load_run(folder)[1].counts().tolist()

@@ -1,0 +1,525 @@
+"""The study's verdicts from compact data: the seed-level test per trained kind, T explained.
+
+The ``report`` stage exports what its verdicts are computed from into ``OUT/report/data/`` —
+kilobytes, not transcripts: per run, per problem and T, the correct count among the n samples and
+how many of those episodes ended by the agent's own answer before the budget ran out, and how
+many were cut off. :func:`make_summary` turns that folder alone into ``summary.md`` and its
+figures, so a copy of ``data/`` committed beside a report remakes every number, sentence and
+figure of the summary (``passkt study report DIR`` on a folder holding only ``data/``).
+
+Every sentence that calls something a gain, a loss or "no change" is written here, from the
+:func:`passkt.eval.seeds.seed_level_counts` test printed beside it. The unit of replication is the
+independently made (base, trained) pair: with ``base.per_seed`` each seed has its own pretraining,
+otherwise every training seed starts from one base and the test's between-seed part holds
+training noise only (the summary says so). Fewer than ``MIN_SEEDS`` pairs give estimates and no
+verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from passkt.eval.estimator import pass_at_k_array
+from passkt.eval.power import required_problems, smallest_change, smoothed_rates
+from passkt.eval.seeds import MIN_SEEDS, SeedTest, seed_level_counts
+
+__all__ = [
+    "DATA_DIR",
+    "SUMMARY_FILE",
+    "DataError",
+    "RunCounts",
+    "StudyData",
+    "make_summary",
+    "read_data",
+    "write_data",
+]
+
+DATA_DIR = "data"
+SUMMARY_FILE = "summary.md"
+DATA_VERSION = 1
+POWER_DELTA = 0.04
+"""The change the power line asks about: the study's headline boundary change (0.77 -> 0.81)."""
+POWER_SIMS = 400
+"""Simulated studies per power point in the summary (standard error <= 0.025; seconds)."""
+KIND_ORDER = ("SFT", "RL", "RFT")
+SHARED = -1
+"""The seed of a base run that every replicate trained from (no ``base.per_seed``)."""
+
+
+class DataError(ValueError):
+    """A data folder that cannot be read: the message names the file."""
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    """One evaluation, compactly: counts per problem and T among its n samples."""
+
+    name: str
+    role: str
+    """``base``, ``SFT``, ``RL`` or ``RFT``."""
+    seed: int
+    """The replicate: the training seed (and with per-seed bases, the pretraining seed); a base
+    shared by every replicate has ``SHARED``."""
+    n: int
+    correct: np.ndarray
+    """``(P, T)`` successes."""
+    answered: np.ndarray
+    """``(P, T)`` episodes the agent ended by answering before its budget ran out."""
+    cut: np.ndarray
+    """``(P, T)`` episodes truncated at the budget (no answer after the final notice)."""
+
+
+@dataclass(frozen=True)
+class StudyData:
+    """What the summary is made from: one category's runs on shared problems, per category."""
+
+    name: str
+    per_seed: bool
+    level: float
+    categories: dict[str, dict[str, Any]]
+    """``cat -> {"env_id", "task_ids", "budgets", "runs": [RunCounts]}``."""
+    cost: list[dict[str, Any]]
+    """Per stage: units, unit seconds, wall seconds."""
+
+
+# ---------------------------------------------------------------------- export (from a study)
+
+
+def episode_counts(
+    records: Sequence[dict[str, Any]], ids: Sequence[str], budgets: Sequence[int], n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(correct, answered, cut)`` counts ``(P, T)`` from a run's result records.
+
+    An episode *answered* when it terminated with fewer tool calls than its budget (the agent
+    chose to answer); it was *cut* when it was truncated at the budget; the rest answered after
+    the final notice that no calls were left (forced)."""
+    row = {task: i for i, task in enumerate(ids)}
+    col = {t: j for j, t in enumerate(budgets)}
+    correct = np.zeros((len(ids), len(budgets)), dtype=np.int64)
+    answered = np.zeros_like(correct)
+    cut = np.zeros_like(correct)
+    seen = np.zeros_like(correct)
+    for r in records:
+        i, j = row.get(r["task_id"]), col.get(r["budget"])
+        if i is None or j is None:
+            continue
+        seen[i, j] += 1
+        correct[i, j] += bool(r["correct"])
+        answered[i, j] += bool(r.get("terminated")) and int(r.get("tool_calls", 0)) < r["budget"]
+        cut[i, j] += bool(r.get("truncated"))
+    if (seen != n).any():
+        raise DataError(
+            f"a run has {int(seen.min())}..{int(seen.max())} episodes per cell, not n={n}"
+        )
+    return correct, answered, cut
+
+
+def _run_json(run: RunCounts) -> dict[str, Any]:
+    return {
+        "name": run.name,
+        "role": run.role,
+        "seed": run.seed,
+        "n": run.n,
+        "correct": run.correct.tolist(),
+        "answered": run.answered.tolist(),
+        "cut": run.cut.tolist(),
+    }
+
+
+def write_data(folder: Path, data: StudyData) -> Path:
+    """Write ``data`` as ``study.json`` and one ``counts-<cat>.json`` per category."""
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "version": DATA_VERSION,
+        "name": data.name,
+        "per_seed": data.per_seed,
+        "level": data.level,
+        "categories": sorted(data.categories),
+        "cost": data.cost,
+    }
+    _write_json(folder / "study.json", meta)
+    for cat, spec in data.categories.items():
+        body = {k: v for k, v in spec.items() if k != "runs"}
+        body["runs"] = [_run_json(r) for r in spec["runs"]]
+        _write_json(folder / f"counts-{cat}.json", body, compact=True)
+    return folder
+
+
+def _write_json(path: Path, value: Any, compact: bool = False) -> None:
+    if compact:  # one run per line: kilobytes, and diffs that say which run changed
+        runs = value.pop("runs")
+        head = json.dumps(value, sort_keys=True)[:-1]
+        lines = ",\n".join(json.dumps(r, sort_keys=True, separators=(",", ":")) for r in runs)
+        text = f'{head}, "runs": [\n{lines}\n]}}\n'
+    else:
+        text = json.dumps(value, indent=1, sort_keys=True) + "\n"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_data(folder: Path) -> StudyData:
+    """The data folder written by :func:`write_data` (checked: every run on the same grid)."""
+    meta_path = folder / "study.json"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise DataError(f"{meta_path}: cannot read the study's data ({e})") from e
+    if meta.get("version") != DATA_VERSION:
+        raise DataError(f"{meta_path}: data version {meta.get('version')}, expected {DATA_VERSION}")
+    categories = {}
+    for cat in meta["categories"]:
+        path = folder / f"counts-{cat}.json"
+        try:
+            spec = json.loads(path.read_text(encoding="utf-8"))
+            runs = []
+            shape = (len(spec["task_ids"]), len(spec["budgets"]))
+            for r in spec.pop("runs"):
+                arrays = [
+                    np.asarray(r[key], dtype=np.int64) for key in ("correct", "answered", "cut")
+                ]
+                if any(a.shape != shape for a in arrays) or any(
+                    (a < 0).any() or (a > r["n"]).any() for a in arrays
+                ):
+                    raise DataError(f"{path}: run {r['name']!r} has counts off the {shape} grid")
+                runs.append(RunCounts(r["name"], r["role"], int(r["seed"]), int(r["n"]), *arrays))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise DataError(f"{path}: cannot read the category's counts ({e})") from e
+        categories[cat] = {**spec, "runs": runs}
+    return StudyData(
+        meta["name"], bool(meta["per_seed"]), float(meta["level"]), categories, meta["cost"]
+    )
+
+
+# ---------------------------------------------------------------------- the verdicts
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One seed-level test and the sentence it decides."""
+
+    cat: str
+    kind: str
+    metric: str
+    test: SeedTest
+
+    @property
+    def word(self) -> str:
+        return self.test.verdict() if self.test.replicated else "not replicated"
+
+    def sentence(self, env_id: str) -> str:
+        t = self.test
+        where = f"{self.cat} ({env_id})"
+        numbers = (
+            f"{t.estimate:+.3f} [{t.lower:+.3f}, {t.upper:+.3f}] over {t.seeds} base(s) and "
+            f"{t.problems} problems"
+        )
+        if not t.replicated:
+            return (
+                f"On {where}, {self.kind} − base at {self.metric} is {numbers}; with fewer than "
+                f"{MIN_SEEDS} bases the recipe is not replicated, so this is no verdict."
+            )
+        if t.verdict() == "no change":
+            return (
+                f"On {where}, {self.kind} − base at {self.metric} is {numbers}: no change (the "
+                f"interval includes 0, p = {t.p_value:.2g})."
+            )
+        return (
+            f"On {where}, {self.kind} − base at {self.metric} is {numbers}: a {t.verdict()} (the "
+            f"interval excludes 0, p = {t.p_value:.2g})."
+        )
+
+
+def _replicates(runs: list[RunCounts]) -> dict[str, dict[int, RunCounts]]:
+    by_role: dict[str, dict[int, RunCounts]] = defaultdict(dict)
+    for run in runs:
+        by_role[run.role][run.seed] = run
+    return by_role
+
+
+def seed_test(
+    spec: dict[str, Any], kind: str, k: int | None, budget: int, level: float
+) -> SeedTest | None:
+    """The seed-level test of ``kind - base`` at pass@k (None: k = n, the boundary) and T."""
+    by_role = _replicates(spec["runs"])
+    j = list(spec["budgets"]).index(budget)
+    pairs = []
+    for seed, trained in sorted(by_role.get(kind, {}).items()):
+        base = by_role["base"].get(seed, by_role["base"].get(SHARED))
+        if base is None:
+            continue
+        pairs.append(((base.correct[:, j], base.n), [(trained.correct[:, j], trained.n)]))
+    if not pairs:
+        return None
+    kk = min(r.n for r in spec["runs"]) if k is None else k
+    return seed_level_counts(pairs, k=kk, budget=budget, level=level)
+
+
+def verdicts(data: StudyData) -> list[Verdict]:
+    """Every trained kind against its base at pass@1 and pass@(n, T_max), per category."""
+    out = []
+    for cat, spec in data.categories.items():
+        t_max, n = max(spec["budgets"]), min(r.n for r in spec["runs"])
+        for kind in _kinds(spec):
+            for k, metric in ((1, f"pass@(1, {t_max})"), (None, f"pass@({n}, {t_max})")):
+                test = seed_test(spec, kind, k, t_max, data.level)
+                if test is not None:
+                    out.append(Verdict(cat, kind, metric, test))
+    return out
+
+
+def _kinds(spec: dict[str, Any]) -> list[str]:
+    roles = {r.role for r in spec["runs"]}
+    return [k for k in KIND_ORDER if k in roles]
+
+
+def claim_sentence(data: StudyData, found: list[Verdict]) -> str | None:
+    """The study's claim — RL widens the boundary on sequential retrieval (bridge, C) but not on
+    math (A) — checked against the boundary verdicts, whatever they say."""
+    boundary = {
+        (v.cat, v.kind): v
+        for v in found
+        if v.metric.startswith("pass@(") and not v.metric.startswith("pass@(1,")
+    }
+    rl_c, rl_a = boundary.get(("C", "RL")), boundary.get(("A", "RL"))
+    if rl_c is None or rl_a is None:
+        return None
+    if not (rl_c.test.replicated and rl_a.test.replicated):
+        return (
+            "The study's claim (RL widens the boundary on bridge but not on math) is not tested "
+            f"here: fewer than {MIN_SEEDS} independently made bases."
+        )
+    widens_c, widens_a = rl_c.word == "gain", rl_a.word == "gain"
+    if widens_c and not widens_a:
+        holds = "holds: RL's boundary gain is beyond the noise on bridge and not on math"
+    elif widens_c and widens_a:
+        holds = "does not hold as stated: RL's boundary gain is beyond the noise on both"
+    elif not widens_c and widens_a:
+        holds = "does not hold: RL widens the boundary on math but not on bridge"
+    elif rl_c.word == "loss":
+        holds = "does not hold: RL narrows the boundary on bridge"
+    else:
+        holds = "is not supported: RL's boundary change is within the noise on bridge"
+    return (
+        f"The study's claim (RL widens the boundary on bridge but not on math) {holds} "
+        f"(bridge {rl_c.test.estimate:+.3f} [{rl_c.test.lower:+.3f}, {rl_c.test.upper:+.3f}], "
+        f"math {rl_a.test.estimate:+.3f} [{rl_a.test.lower:+.3f}, {rl_a.test.upper:+.3f}])."
+    )
+
+
+# ---------------------------------------------------------------------- the summary
+
+
+def _fmt_test(t: SeedTest | None) -> str:
+    if t is None:
+        return "-"
+    mark = "" if not t.replicated else {"gain": " gain", "loss": " loss"}.get(t.verdict(), "")
+    return f"{t.estimate:+.3f} [{t.lower:+.3f}, {t.upper:+.3f}]{mark}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def _mean(values: list[float]) -> float:
+    return float(np.mean(values)) if values else math.nan
+
+
+def _t_section(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
+    """Boundary at every T per kind (mean over replicates), the share of episodes that ended by
+    the agent's own answer and by the cut-off, and the seed-level boundary change at every T."""
+    budgets, runs = list(spec["budgets"]), spec["runs"]
+    n = min(r.n for r in runs)
+    P = len(spec["task_ids"])
+    kinds = ["base", *_kinds(spec)]
+    by_role = _replicates(runs)
+    rows = []
+    for kind in kinds:
+        reps = list(by_role[kind].values())
+        for label, value in (
+            ("boundary (problems)", lambda r, j: float((r.correct[:, j] > 0).sum())),
+            ("pass@1", lambda r, j: float(pass_at_k_array(r.n, r.correct[:, j], 1).mean())),
+            (
+                "answered before the final notice",
+                lambda r, j: float(r.answered[:, j].sum()) / (P * r.n),
+            ),
+            ("cut off at the budget", lambda r, j: float(r.cut[:, j].sum()) / (P * r.n)),
+        ):
+            digits = 1 if label.startswith("boundary") else 3
+            cells = [
+                f"{_mean([value(r, j) for r in reps]):.{digits}f}" for j in range(len(budgets))
+            ]
+            rows.append([kind, label, *cells])
+    for kind in _kinds(spec):
+        cells = [_fmt_test(seed_test(spec, kind, None, t, data.level)) for t in budgets]
+        rows.append([f"{kind} − base", f"pass@({n}, T), seed-level", *cells])
+    header = ["policy", "per T (mean over replicates)", *(f"T = {t}" for t in budgets)]
+    return (
+        f"Per T, {P} problems, n = {n}. PASS@(k, T) need not rise with T: an episode with a "
+        "larger budget may search where a smaller one was made to answer, and a search can lead "
+        "away from the answer; a trained policy that answers before the cut-off gains at T_max "
+        "without new capability. Read a T_max change against the same change at smaller T and "
+        "against the share of episodes answered before the final notice (the agent chose to "
+        "stop; never at T = 0, where the notice comes first) and cut off at the budget (no "
+        "answer after it: reward 0).\n\n" + _table(header, rows)
+    )
+
+
+def _power_line(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
+    """``passkt power``'s answer for the pooled bases, beside the P used."""
+    by_role = _replicates(spec["runs"])
+    bases = list(by_role["base"].values())
+    j = len(spec["budgets"]) - 1
+    n = min(r.n for r in bases)
+    rates = np.mean([smoothed_rates(r.correct[:, j], r.n) for r in bases], axis=0)
+    P = len(spec["task_ids"])
+    t_max = max(spec["budgets"])
+    alpha = round(1 - data.level, 6)
+    try:
+        need = required_problems(rates, delta=POWER_DELTA, n=n, k=n, level=alpha, sims=POWER_SIMS)
+        needed = f"{need.problems} problems give power {need.achieved:.2f}"
+    except ValueError as e:
+        needed = str(e)
+    try:
+        least = smallest_change(rates, problems=P, n=n, k=n, level=alpha, sims=POWER_SIMS)
+        detect = f"the {P} problems used detect a gain of {least.delta:+.3f} with power 0.8"
+    except ValueError as e:
+        detect = str(e)
+    return (
+        f"Power (`passkt power`, from the bases' own per-problem rates at T = {t_max}, "
+        f"{POWER_SIMS} simulated paired comparisons per point, level {alpha}): to detect a "
+        f"{POWER_DELTA:+.2f} change of pass@({n}, {t_max}) in one trained-vs-base comparison, "
+        f"{needed}; {detect}.\n"
+    )
+
+
+def _figure(data: StudyData, cat: str, spec: dict[str, Any], path: Path) -> Path:
+    """Seed-level change vs base at every T (pass@1 and the boundary), one line per kind."""
+    import matplotlib  # start-up cost: 0.35 s, for figures only
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt  # start-up cost: with matplotlib above
+
+    budgets = list(spec["budgets"])
+    n = min(r.n for r in spec["runs"])
+    colors = {"SFT": "#3182bd", "RL": "#e6550d", "RFT": "#31a354"}
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), dpi=100)
+    for ax, (k, label) in zip(axes, ((1, "pass@1"), (None, f"pass@{n} (boundary)")), strict=True):
+        for offset, kind in enumerate(_kinds(spec)):
+            tests = [seed_test(spec, kind, k, t, data.level) for t in budgets]
+            x = np.arange(len(budgets)) + (offset - 1) * 0.08
+            est = np.array([t.estimate for t in tests])
+            err = np.array(
+                [[t.estimate - t.lower for t in tests], [t.upper - t.estimate for t in tests]]
+            )
+            ax.errorbar(x, est, yerr=err, fmt="o-", color=colors[kind], label=kind, capsize=3)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xticks(range(len(budgets)), [str(t) for t in budgets])
+        ax.set_xlabel("T (tool-call budget)")
+        ax.set_title(f"{label}: trained − base")
+    if _kinds(spec):
+        axes[0].legend(frameon=False, fontsize=8)
+    fig.suptitle(f"{cat}: seed-level change with {int(100 * data.level)}% intervals", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def _cost_section(data: StudyData) -> str:
+    if not data.cost:
+        return ""
+    rows = [
+        [
+            c["stage"],
+            str(c["units"]),
+            f"{c['unit_seconds'] / 60:.1f}",
+            f"{c['wall_seconds'] / 60:.1f}",
+        ]
+        for c in data.cost
+    ]
+    wall = sum(c["wall_seconds"] for c in data.cost)
+    return (
+        "## Cost\n\nPer stage (`timings.jsonl`): units, unit-minutes (their wall times summed) "
+        f"and the stage's wall minutes; in all {wall / 3600:.1f} hours of wall time.\n\n"
+        + _table(["stage", "units", "unit-minutes", "wall minutes"], rows)
+    )
+
+
+def make_summary(data: StudyData, out: Path) -> Path:
+    """Write ``out/summary.md`` and ``out/figures/summary-<cat>.png`` from ``data`` alone."""
+    found = verdicts(data)
+    replicate = (
+        "each replicate is its own pretraining of the base recipe and the policies trained from "
+        "it (base.per_seed)"
+        if data.per_seed
+        else "every replicate trains from one base, so the between-seed part holds training "
+        "noise only: a verdict is about this base, not the recipe"
+    )
+    parts = [
+        f"# Seed-level verdicts: {data.name}\n",
+        "Made by `passkt study report` from the counts in `data/` alone (per run, problem and "
+        "T: successes, answers before the cut-off, cut-offs), so every number and sentence here "
+        "can be remade from a copy of that folder. The rule for a gain or a loss is the "
+        "seed-level test (`passkt.eval.seeds`; docs/statistics.md): the mean over replicates of "
+        "the paired trained − base difference, its interval carrying the between-replicate and "
+        f"the evaluation (problem and sample) variance, at level {data.level}; {replicate}. "
+        f"With fewer than {MIN_SEEDS} replicates it gives estimates and no verdict.\n",
+    ]
+    claim = claim_sentence(data, found)
+    parts.append("## Verdicts\n")
+    if claim:
+        parts.append(f"- {claim}")
+    parts += [f"- {v.sentence(data.categories[v.cat]['env_id'])}" for v in found]
+    parts.append("")
+    for cat, spec in data.categories.items():
+        parts.append(f"## {cat}: {spec['env_id']}\n")
+        rows = []
+        t_max = max(spec["budgets"])
+        for v in (v for v in found if v.cat == cat):
+            t = v.test
+            per = ", ".join(f"{d:+.3f}" for d in t.per_seed)
+            rows.append(
+                [
+                    v.kind,
+                    v.metric,
+                    _fmt_test(t),
+                    f"{t.p_value:.2g}",
+                    per,
+                    f"{t.se_eval:.3f} / {t.se_seed:.3f}",
+                    v.word,
+                ]
+            )
+        parts.append(
+            _table(
+                [
+                    "trained − base",
+                    "metric",
+                    "estimate [interval]",
+                    "p",
+                    "per replicate",
+                    "se eval / seed",
+                    "verdict",
+                ],
+                rows,
+            )
+        )
+        parts.append(_power_line(data, cat, spec))
+        parts.append(f"### T explained (T_max = {t_max})\n")
+        parts.append(_t_section(data, cat, spec))
+        figure = _figure(data, cat, spec, out / "figures" / f"summary-{cat}.png")
+        parts.append(f"![seed-level change vs T, {cat}]({figure.relative_to(out).as_posix()})\n")
+    parts.append(_cost_section(data))
+    path = out / SUMMARY_FILE
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path

@@ -1,0 +1,172 @@
+"""The seed-level summary (passkt.study.summary): compact data, verdicts, T explained, remade.
+
+Synthetic counts with a known effect: the sentences must follow the seed-level test printed
+beside them, and the summary must be remade byte for byte from its data folder alone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from passkt.study.summary import (
+    SHARED,
+    DataError,
+    RunCounts,
+    StudyData,
+    claim_sentence,
+    episode_counts,
+    make_summary,
+    read_data,
+    verdicts,
+    write_data,
+)
+
+BUDGETS = [0, 1, 2, 3, 5]
+
+
+def _run(role, seed, rates, n, rng, budgets=BUDGETS):
+    """Counts drawn from per-problem rates (the same at every T), half the answers voluntary."""
+    correct = rng.binomial(n, np.repeat(rates[:, None], len(budgets), axis=1))
+    answered = np.minimum(n - correct, rng.binomial(n, 0.5, size=correct.shape))
+    answered[:, 0] = 0  # at T = 0 the final notice comes first
+    cut = (n - correct - answered) // 2
+    return RunCounts(f"{role} s{seed}", role, seed, n, correct, answered, cut)
+
+
+def _data(effects, seeds=3, problems=300, n=16, shared_base=False, seed=0):
+    """A study of categories A (T = 0) and C (every T) where kind K moves each problem's rate
+    by ``effects[cat][K]`` on the logit scale."""
+    rng = np.random.default_rng(seed)
+    cats = {}
+    for cat, budgets in (("A", [0]), ("C", BUDGETS)):
+        logits = rng.normal(-1.0, 2.0, size=problems)
+        runs = []
+        for s in range(seeds):
+            if shared_base and s:
+                continue
+            jitter = 0.0 if shared_base else rng.normal(0, 0.05)
+            base_rates = 1 / (1 + np.exp(-(logits + jitter)))
+            runs.append(_run("base", SHARED if shared_base else s, base_rates, n, rng, budgets))
+        for kind, shift in effects.get(cat, {}).items():
+            for s in range(seeds):
+                rates = 1 / (1 + np.exp(-(logits + shift)))
+                runs.append(_run(kind, s, rates, n, rng, budgets))
+        ids = [f"{cat}-{i}" for i in range(problems)]
+        env = {"A": "Math-v0", "C": "BridgeQA-v0"}[cat]
+        cats[cat] = {"env_id": env, "env_kwargs": {}, "task_ids": ids, "budgets": budgets,
+                     "runs": runs}  # fmt: skip
+    return StudyData("synthetic", not shared_base, 0.95, cats, [
+        {"stage": "base", "units": 3, "unit_seconds": 600.0, "wall_seconds": 600.0}])  # fmt: skip
+
+
+def test_episode_counts_split_answers_forced_answers_and_cut_offs():
+    records = [
+        {"task_id": "a", "budget": 2, "correct": True, "terminated": True, "tool_calls": 1},
+        {"task_id": "a", "budget": 2, "correct": False, "terminated": True, "tool_calls": 2},
+        {"task_id": "a", "budget": 2, "correct": False, "truncated": True, "tool_calls": 2},
+        {"task_id": "b", "budget": 2, "correct": True, "terminated": True, "tool_calls": 0},
+        {"task_id": "b", "budget": 2, "correct": True, "terminated": True, "tool_calls": 2},
+        {"task_id": "b", "budget": 2, "correct": False, "terminated": True, "tool_calls": 0},
+        {"task_id": "other", "budget": 2, "correct": True, "terminated": True, "tool_calls": 0},
+    ]
+    correct, answered, cut = episode_counts(records, ["a", "b"], [2], 3)
+    assert correct.tolist() == [[1], [2]]
+    assert answered.tolist() == [[1], [2]]  # fewer calls than the budget: the agent's choice
+    assert cut.tolist() == [[1], [0]]
+    with pytest.raises(DataError, match="episodes per"):
+        episode_counts(records[:2], ["a", "b"], [2], 3)
+
+
+def test_a_real_gain_is_a_gain_and_an_a_a_study_is_no_change():
+    data = _data({"A": {"RL": 0.0, "SFT": 0.0}, "C": {"RL": 1.0, "SFT": 0.0}})
+    found = {(v.cat, v.kind, v.metric): v for v in verdicts(data)}
+    rl_c = found["C", "RL", "pass@(1, 5)"]
+    assert rl_c.word == "gain" and rl_c.test.lower > 0
+    assert ": a gain (the interval excludes 0" in rl_c.sentence("BridgeQA-v0")
+    assert f"{rl_c.test.estimate:+.3f} [{rl_c.test.lower:+.3f}" in rl_c.sentence("BridgeQA-v0")
+    for key in (("C", "SFT", "pass@(1, 5)"), ("A", "RL", "pass@(1, 0)")):
+        assert found[key].word == "no change"
+        assert ": no change (the interval includes 0" in found[key].sentence("x")
+    loss = {(v.cat, v.kind, v.metric): v for v in verdicts(_data({"C": {"RL": -1.0}}))}
+    assert loss["C", "RL", "pass@(1, 5)"].word == "loss"
+
+
+def test_two_bases_give_estimates_and_no_verdict():
+    data = _data({"C": {"RL": 1.5}}, seeds=2)
+    (pass1, boundary) = [v for v in verdicts(data) if v.cat == "C"]
+    assert pass1.test.lower > 0 and pass1.word == "not replicated"
+    assert "so this is no verdict" in pass1.sentence("BridgeQA-v0")
+
+
+def test_a_shared_base_pairs_with_every_training_seed():
+    data = _data({"C": {"RL": 1.0}}, shared_base=True)
+    bases = [r for r in data.categories["C"]["runs"] if r.role == "base"]
+    assert len(bases) == 1
+    (pass1, _) = [v for v in verdicts(data) if v.cat == "C"]
+    assert pass1.test.seeds == 3 and pass1.word == "gain"
+
+
+@pytest.mark.parametrize(
+    ("effects", "words"),
+    [
+        ({"A": {"RL": 0.0}, "C": {"RL": 2.5}}, "holds: RL's boundary gain is beyond the noise"),
+        ({"A": {"RL": 2.5}, "C": {"RL": 2.5}}, "does not hold as stated"),
+        ({"A": {"RL": 0.0}, "C": {"RL": 0.0}}, "is not supported"),
+        ({"A": {"RL": 0.0}, "C": {"RL": -2.5}}, "RL narrows the boundary on bridge"),
+    ],
+)
+def test_the_claim_sentence_follows_the_boundary_verdicts(effects, words):
+    data = _data(effects, problems=400, n=8)
+    found = verdicts(data)
+    sentence = claim_sentence(data, found)
+    assert words in sentence, sentence
+    boundary = {(v.cat, v.kind): v.word for v in found if v.metric == "pass@(8, 5)"}
+    assert ("holds:" in sentence) == (boundary["C", "RL"] == "gain" and
+                                      {v.word for v in found if v.metric == "pass@(8, 0)"}
+                                      == {"no change"})  # fmt: skip
+
+
+def test_t_explained_reports_boundary_answers_and_cut_offs_at_every_t(tmp_path):
+    data = _data({"C": {"RL": 0.5}}, seeds=3, problems=50, n=4)
+    summary = make_summary(data, tmp_path).read_text()
+    section = summary.split("### T explained (T_max = 5)")[1]
+    runs = [r for r in data.categories["C"]["runs"] if r.role == "RL"]
+    cut = np.mean([r.cut[:, 3].sum() / (50 * 4) for r in runs])
+    row = next(line for line in section.splitlines() if line.startswith("| RL | cut off"))
+    assert row.split(" | ")[5] == f"{cut:.3f}"  # T = 3 is the fourth T column
+    boundary = np.mean([(r.correct[:, 0] > 0).sum() for r in runs])
+    row = next(line for line in section.splitlines() if line.startswith("| RL | boundary"))
+    assert row.split(" | ")[2] == f"{boundary:.1f}"
+    assert "need not rise with T" in section
+    assert (tmp_path / "figures" / "summary-C.png").stat().st_size > 1000
+
+
+def test_the_summary_is_remade_byte_for_byte_from_its_data_folder(tmp_path):
+    data = _data({"A": {"RL": 0.0, "SFT": 0.3}, "C": {"RL": 0.8, "SFT": 0.3}}, problems=60)
+    first = make_summary(data, tmp_path / "a")
+    write_data(tmp_path / "b" / "data", data)
+    assert sum(p.stat().st_size for p in (tmp_path / "b" / "data").iterdir()) < 200_000
+    cli = [sys.executable, "-m", "passkt", "study", "report", str(tmp_path / "b")]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "b" / "summary.md").read_bytes() == first.read_bytes()
+    for cat in "AC":
+        png = f"figures/summary-{cat}.png"
+        assert (tmp_path / "b" / png).read_bytes() == (tmp_path / "a" / png).read_bytes()
+
+
+def test_bad_data_is_one_line_naming_the_file(tmp_path):
+    write_data(tmp_path / "data", _data({"C": {"RL": 0.5}}, problems=20))
+    path = tmp_path / "data" / "counts-C.json"
+    path.write_text(path.read_text().replace('"correct":[[', '"correct":[[99,', 1))
+    with pytest.raises(DataError, match="counts-C.json"):
+        read_data(tmp_path / "data")
+    cli = [sys.executable, "-m", "passkt", "study", "report", str(tmp_path)]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "counts-C.json" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "summary.md").exists()
