@@ -412,6 +412,17 @@ takes new values, its other results stay, and the stages that read the floor (co
 are made again."""
 
 
+TRAINER_TABLES = ("sft", "grpo", "rft")
+"""Trainer tables: a folder takes new values while no training of that kind has started (the
+learning-rate trials run from a folder's own base, before its training stage)."""
+
+
+def _untrained_trainer_key(difference: str, out: Path) -> bool:
+    table = difference.split(":", 1)[0].split(".", 1)[0]
+    methods = ("sft", "rft") if table == "sft" else (table,)  # rft takes [sft]'s fields too
+    return table in TRAINER_TABLES and not any((out / "train" / m).exists() for m in methods)
+
+
 def _adds_floor_or_record(difference: str) -> bool:
     key = difference.split(":", 1)[0]
     return key in RECORD_KEYS or any(key == k or key.startswith(k + ".") for k in FLOOR_KEYS)
@@ -446,10 +457,11 @@ def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict
                     "evaluations were made from the old model); remove that seed's base-p<seed>/ "
                     "and eval/*/base-p<seed>* folders first, or choose another --out"
                 )
-            if all(_adds_floor_or_record(d) for d in diffs):
+            if all(_adds_floor_or_record(d) or _untrained_trainer_key(d, out) for d in diffs):
                 # lr_trials / description record what was done; they configure nothing, so a
                 # folder takes the newer record (e.g. trials run after its base was pretrained).
-                # More pretraining seeds for the floor add units and leave the others valid.
+                # More pretraining seeds for the floor add units and leave the others valid;
+                # a trainer's settings may still change while none of its runs has started.
                 stored["profile"] = requested
                 _write_record(path, {**stored, "updated": sorted({d.split(":")[0] for d in diffs})})
                 return requested

@@ -402,6 +402,24 @@ def _power_line(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
     )
 
 
+def _overlap_line(spec: dict[str, Any]) -> str:
+    """How many problems of each split name entities the base practised on in pretraining."""
+    overlap = spec.get("overlap")
+    if not overlap:
+        return ""
+    parts = [
+        f"{name} problems {100 * overlap[part]['question']:.1f}% (any entity of the answer's "
+        f"chain: {100 * overlap[part]['chain']:.1f}%)"
+        for part, name in (("eval", "evaluation"), ("train", "training"))
+    ]
+    return (
+        "Entities the base's pretraining episodes asked about, named in the question: "
+        + "; ".join(parts)
+        + ". The world's paragraphs are all in the pretraining text, so every entity occurs "
+        "there; the episodes are where the base practised questions about them.\n"
+    )
+
+
 def _figure(data: StudyData, cat: str, spec: dict[str, Any], path: Path) -> Path:
     """Seed-level change vs base at every T (pass@1 and the boundary), one line per kind."""
     import matplotlib  # start-up cost: 0.35 s, for figures only
@@ -515,6 +533,7 @@ def make_summary(data: StudyData, out: Path) -> Path:
             )
         )
         parts.append(_power_line(data, cat, spec))
+        parts.append(_overlap_line(spec))
         parts.append(f"### T explained (T_max = {t_max})\n")
         parts.append(_t_section(data, cat, spec))
         figure = _figure(data, cat, spec, out / "figures" / f"summary-{cat}.png")

@@ -337,16 +337,48 @@ def _training_tasks(category: str, config: CorpusConfig) -> list[Task]:
     return tasks[config.reserved_tasks :]
 
 
-def _category_episodes(
-    category: str, config: CorpusConfig, tokenizer: Any, progress: bool
-) -> tuple[list[tuple[list[int], list[bool]]], dict[str, Any]]:
-    """Token documents and stats of one category's episodes."""
-
+def _episode_cells(category: str, config: CorpusConfig) -> list[tuple[float, int, list[Task]]]:
+    """``(guided rate, budget, tasks)`` of each cell of a category's episodes, in order."""
     tasks = _training_tasks(category, config)
     order = np.random.default_rng([config.seed, len(category)]).permutation(len(tasks))
     budgets = (0,) if category == "math" else config.budgets
     cells = [(g, b) for g in config.guided_rates for b in budgets]
     per_cell = math.ceil(config.episodes_per_category / len(cells) / config.samples_per_task)
+    out, cursor = [], 0
+    for guided, budget in cells:
+        out.append(
+            (guided, budget, [tasks[order[(cursor + i) % len(tasks)]] for i in range(per_cell)])
+        )
+        cursor += per_cell
+    return out
+
+
+def task_entities(task: Task) -> set[str]:
+    """The named things a task asks about: its gold titles (the chain of a bridge task, the two
+    entities of a comparison) and, for math, the person in the story."""
+    names = set(task.gold_titles)
+    if task.metadata.get("name"):
+        names.add(str(task.metadata["name"]))
+    return names
+
+
+def episode_entities(config: CorpusConfig) -> set[str]:
+    """Every entity that the corpus's agent episodes ask about (every category): a problem that
+    names one of them was practised, in other questions, during pretraining."""
+    return {
+        name
+        for category in CATEGORY_ENVS
+        for _, _, picked in _episode_cells(category, config)
+        for task in picked
+        for name in task_entities(task)
+    }
+
+
+def _category_episodes(
+    category: str, config: CorpusConfig, tokenizer: Any, progress: bool
+) -> tuple[list[tuple[list[int], list[bool]]], dict[str, Any]]:
+    """Token documents and stats of one category's episodes."""
+
     count = config.reserved_tasks + config.tasks_per_category
     env_kwargs = {
         "split": "train",
@@ -354,10 +386,7 @@ def _category_episodes(
     }
     docs: list[tuple[list[int], list[bool]]] = []
     correct = turns = invalid = 0
-    cursor = 0
-    for index, (guided, budget) in enumerate(cells):
-        picked = [tasks[order[(cursor + i) % len(tasks)]] for i in range(per_cell)]
-        cursor += per_cell
+    for index, (guided, budget, picked) in enumerate(_episode_cells(category, config)):
         policy = NoisyAgentPolicy(
             picked, guided=guided, answer_rate=config.answer_rate,
             invalid_rate=config.invalid_rate, math_error_rate=config.math_error_rate,

@@ -55,7 +55,8 @@ METRICS_FILE = "metrics.jsonl"
 CORPUS_FILE = "corpus.npz"
 CONFIG_FILE = "pretrain_config.json"
 ENVIRONMENT_FILE = "environment.jsonl"
-_RUNTIME_FIELDS = ("max_minutes", "threads", "progress", "save_every", "log_every", "eval_every")
+_RUNTIME_FIELDS = ("max_minutes", "stop_step", "threads", "progress", "save_every", "log_every")
+_RUNTIME_FIELDS += ("eval_every",)
 """Fields a resumed run may change (they do not change what a step computes; ``max_steps`` does,
 through the learning-rate schedule)."""
 
@@ -88,6 +89,9 @@ class PretrainConfig:
     """Sequences per optimizer step."""
     max_steps: int = 3000
     """Optimizer steps (the learning-rate schedule is laid out over them)."""
+    stop_step: int | None = None
+    """End the run at this step, the schedule still laid over ``max_steps``: a checkpoint of a
+    longer schedule, stated before the run (e.g. step 9000 of 12,000, before the decay ends)."""
     max_minutes: float | None = None
     """Stop early (and save) after this much wall time; the schedule is not changed."""
     learning_rate: float = 3e-3
@@ -133,6 +137,8 @@ class PretrainConfig:
             raise ValueError(f"eval_fraction must be in (0, 0.5), got {self.eval_fraction}")
         if self.learning_rate <= 0 or not 0 <= self.min_lr_ratio <= 1:
             raise ValueError("learning_rate must be > 0 and min_lr_ratio in [0, 1]")
+        if self.stop_step is not None and not 1 <= self.stop_step <= self.max_steps:
+            raise ValueError(f"stop_step must be in 1..max_steps, got {self.stop_step}")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ValueError(f"max_minutes must be > 0 or None, got {self.max_minutes}")
         object.__setattr__(self, "guided_rates", tuple(float(r) for r in self.guided_rates))
@@ -446,11 +452,12 @@ def pretrain(config: PretrainConfig, *, resume: bool = False) -> PretrainResult:
     held = Batches(corpus, held_docs, config.block_size, config.batch_size, config.seed + 1)
     _record_environment(out, start)
     metrics_file = _open_metrics(out, start)
-    bar = tqdm(total=config.max_steps, initial=start, disable=not config.progress, desc="pretrain")
+    end = config.stop_step or config.max_steps
+    bar = tqdm(total=end, initial=start, disable=not config.progress, desc="pretrain")
     began, window, window_start, last = time.perf_counter(), {}, time.perf_counter(), {}
     step = start
     try:
-        while step < config.max_steps:
+        while step < end:
             lr = learning_rate(config, step)
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -468,7 +475,7 @@ def pretrain(config: PretrainConfig, *, resume: bool = False) -> PretrainResult:
                 config.max_minutes is not None
                 and time.perf_counter() - began >= 60 * config.max_minutes
             )
-            done = step == config.max_steps or timed_out
+            done = step == end or timed_out
             if step % config.log_every == 0 or done:
                 elapsed = time.perf_counter() - window_start
                 last = {

@@ -511,6 +511,24 @@ def test_methods_and_per_category_n_are_checked(tmp_path):
             study.run(["splits", "--out", out, "--profile", "tiny", *sets])
 
 
+def test_trainer_settings_change_only_until_that_trainer_has_run(tmp_path):
+    """The learning-rate trials run from a folder's own base, so [sft] / [grpo] may still change
+    then; once a run of that trainer exists, its settings are pinned like every other key."""
+    out = tmp_path / "s"
+    study.run(["splits", "--out", str(out), "--profile", "tiny"])
+    later = ["--set", "sft.learning_rate=3e-4", "--set", "grpo.epochs=2"]
+    study.run(["splits", "--out", str(out), "--profile", "tiny", *later])
+    stored = json.loads((out / "profile.json").read_text())
+    assert stored["profile"]["sft"]["learning_rate"] == 3e-4
+    assert stored["updated"] == ["grpo.epochs", "sft.learning_rate"]
+    (out / "train" / "rft").mkdir(parents=True)  # rft trains with [sft]'s fields
+    with pytest.raises(StudyError, match="sft.learning_rate"):
+        study.run(["splits", "--out", str(out), "--profile", "tiny", *later[2:],
+                   "--set", "sft.learning_rate=1e-3"])  # fmt: skip
+    study.run(["splits", "--out", str(out), "--profile", "tiny", *later[:2], "--set",
+               "grpo.epochs=4"])  # fmt: skip
+
+
 def test_each_job_gets_its_own_gpus_when_cuda_devices_exist():
     from passkt.study.pipeline import cuda_devices, gpu_slots
 
@@ -576,6 +594,9 @@ def test_per_seed_bases_train_and_compare_each_replicate_from_its_own_pretrainin
     assert counts["runs"][1]["correct"] == base1
     text = (out / "report/report.md").read_text()
     assert "## Seed-level verdicts" in text and "no verdict" in text
+    overlap = counts["overlap"]
+    assert set(overlap) == {"eval", "train"} and 0 <= overlap["eval"]["question"] <= 1
+    assert "pretraining episodes asked about" in (out / "report/summary.md").read_text()
     copy = tmp_path / "copy"
     shutil.copytree(out / "report/data", copy / "data")
     cli = [sys.executable, "-m", "passkt", "study", "report", str(copy)]

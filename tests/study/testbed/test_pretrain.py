@@ -111,6 +111,27 @@ def test_resume_continues_exactly(tmp_path, monkeypatch):
     assert starts[-1]["torch_threads"] == torch.get_num_threads()
 
 
+def test_stop_step_is_a_checkpoint_of_the_longer_schedule(tmp_path):
+    """Stopped at step 12 of a 20-step schedule, then resumed to its end: bitwise the run that
+    never stopped (the schedule is laid over max_steps either way)."""
+    from transformers import AutoModelForCausalLM
+
+    whole = pretrain(_config(tmp_path / "a", max_steps=20, save_every=10, log_every=4))
+    stopped = pretrain(_config(tmp_path / "b", max_steps=20, stop_step=12, save_every=10,
+                               log_every=4))  # fmt: skip
+    assert stopped.steps == 12
+    lines = (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["lr"] == pytest.approx(learning_rate(_config(tmp_path, max_steps=20), 11))
+    rest = pretrain(_config(tmp_path / "b", max_steps=20, save_every=10, log_every=4), resume=True)
+    assert rest.steps == 20
+    a = AutoModelForCausalLM.from_pretrained(whole.model_dir)
+    b = AutoModelForCausalLM.from_pretrained(rest.model_dir)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(p, q)
+    with pytest.raises(ValueError, match="stop_step must be in 1..max_steps"):
+        PretrainConfig(max_steps=10, stop_step=11)
+
+
 def test_config_is_validated(tmp_path):
     with pytest.raises(ValueError, match="size must be one of"):
         PretrainConfig(size="huge")
