@@ -21,6 +21,7 @@ from typing import Any
 from PIL import Image
 
 from passkt.eval.estimator import surface
+from passkt.eval.evaluate import env_info
 from passkt.eval.stats import bootstrap_surface, surface_interval
 from passkt.eval.store import load_run, read_run
 from passkt.study.stages import ROLES, STAGES, Study, floor_names, read_done, run_name
@@ -35,6 +36,8 @@ from passkt.study.summary import (
     read_data,
     write_data,
 )
+from passkt.study.testbed.corpus import episode_entities, task_entities
+from passkt.study.testbed.pretrain import PretrainConfig
 
 
 def make_report(study: Study) -> dict[str, Any]:
@@ -85,6 +88,7 @@ def study_data(study: Study) -> StudyData:
             "task_ids": ids,
             "budgets": budgets,
             "runs": runs,
+            "overlap": _overlap(study, cat),
         }
     return StudyData(
         study.profile["name"],
@@ -93,6 +97,30 @@ def study_data(study: Study) -> StudyData:
         categories,
         _cost_rows(study),
     )
+
+
+def _overlap(study: Study, cat: str) -> dict[str, dict[str, float]] | None:
+    """Per split, the share of problems naming (in the question, or anywhere in the answer's
+    chain) an entity the base's pretraining episodes asked about; None for a base given as a
+    model (its pretraining is not known)."""
+    pretrain = study.profile["base"].get("pretrain")
+    if pretrain is None:
+        return None
+    config = PretrainConfig.from_dict({**pretrain, "output_dir": "base"}).corpus_config()
+    seen = episode_entities(config)
+    env_id, kwargs = study.env(cat)
+    out = {}
+    for part, split in (("eval", "test"), ("train", "train")):
+        by_id = {t.task_id: t for t in env_info(env_id, kwargs, split).tasks}
+        tasks = [by_id[i] for i in study.task_ids(cat, part) if i in by_id]
+        if not tasks:
+            return None
+        named = [{e for e in task_entities(t) if e in t.question} for t in tasks]
+        out[part] = {
+            "question": sum(bool(n & seen) for n in named) / len(tasks),
+            "chain": sum(bool(task_entities(t) & seen) for t in tasks) / len(tasks),
+        }
+    return out
 
 
 def _counts(
