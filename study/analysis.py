@@ -66,7 +66,7 @@ def make_comparison(study: Study, cat: str, seed: int) -> dict[str, Any]:
     boot = {"n_boot": stats["n_boot"], "level": stats["level"], "seed": 0}
     own = study.base_of(seed)
     repeats = study.base_eval_dirs(cat, own)[1:]
-    others = [p for p in (None, *study.floor_pretrain_seeds()) if p != own]
+    others = [p for p in study.bases() if p != own]
     peers = [d for p in others for d in study.base_eval_dirs(cat, p)]
     write_comparison(list(runs.values()), out, ks=study.ks(cat), repeats=repeats, peers=peers,
                      **boot)  # fmt: skip

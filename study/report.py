@@ -95,7 +95,7 @@ def study_data(study: Study) -> StudyData:
         study.per_seed,
         float(study.profile["stats"]["level"]),
         categories,
-        _cost_rows(study),
+        read_timings(study.out),
     )
 
 
@@ -129,29 +129,6 @@ def _counts(
     contents = read_run(folder)
     name = contents.manifest.get("name", folder.name)
     return RunCounts(name, role, seed, n, *episode_counts(contents.records, ids, budgets, n))
-
-
-def _cost_rows(study: Study) -> list[dict[str, Any]]:
-    """Per stage: units, their seconds summed, the stage's wall seconds (``timings.jsonl``)."""
-    units: dict[str, set] = defaultdict(set)
-    unit_seconds: dict[str, float] = defaultdict(float)
-    wall: dict[str, float] = defaultdict(float)
-    for line in read_timings(study.out):
-        if line["status"] == "stage":
-            wall[line["stage"]] += line["seconds"]
-        else:
-            units[line["stage"]].add(line["unit"])
-            unit_seconds[line["stage"]] += line["seconds"]
-    return [
-        {
-            "stage": stage,
-            "units": len(units[stage]),
-            "unit_seconds": round(unit_seconds[stage], 1),
-            "wall_seconds": round(wall.get(stage, 0.0), 1),
-        }
-        for stage in sorted(set(units) | set(wall), key=stage_order)
-        if stage != "report"  # the report's own time is recorded after it is written
-    ]
 
 
 def _verdicts(summary: Path) -> str:
@@ -296,8 +273,7 @@ def _targets(study: Study) -> str:
     for cat in study.categories:
         t_max, n = max(study.budgets(cat)), study.n(cat)
         goal = targets.get(cat, {})
-        runs = [(p, f) for p in (None, *study.floor_pretrain_seeds())
-                for f in study.base_eval_dirs(cat, p)]  # fmt: skip
+        runs = [(p, f) for p in study.bases() for f in study.base_eval_dirs(cat, p)]
         for pretrain, folder in runs:
             manifest, table = load_run(folder)
             table = table.select_budgets([t_max])

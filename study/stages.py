@@ -86,14 +86,17 @@ class Study:
             return None
         return seed
 
+    def bases(self) -> list[int | None]:
+        """The bases this call works with, by pretraining seed (None: ``base/``): the base, or
+        with ``base.per_seed`` the bases of the selected seeds; then the floor's other seeds
+        (``eval.floor_pretrain_seeds``)."""
+        own = [self.base_of(s) for s in self.seeds] if self.per_seed else [None]
+        out = list(dict.fromkeys(own))
+        return out + [p for p in self.profile["eval"]["floor_pretrain_seeds"] if p not in out]
+
     def floor_pretrain_seeds(self) -> list[int]:
-        """Other pretraining seeds of the base recipe, pretrained and evaluated: the floor's
-        (``eval.floor_pretrain_seeds``) and, with ``base.per_seed``, every other profile seed."""
-        seeds = list(self.profile["eval"]["floor_pretrain_seeds"])
-        if self.per_seed:
-            own = pretrain_seed_of(self.profile)
-            seeds += [s for s in self.profile["seeds"] if s != own and s not in seeds]
-        return seeds
+        """The pretraining seeds of :meth:`bases` other than ``base/``'s."""
+        return [p for p in self.bases() if p is not None]
 
     def base_folder(self, pretrain_seed: int | None = None) -> Path:
         return self.base_dir if pretrain_seed is None else self.floor_base_dir(pretrain_seed)
@@ -115,7 +118,7 @@ class Study:
         results are read against: the base of ``seed`` (see :meth:`base_of`) and its repeats
         first, then every other base of the recipe and its repeats."""
         first = self.base_of(seed)
-        order = [first] + [p for p in (None, *self.floor_pretrain_seeds()) if p != first]
+        order = [first] + [p for p in self.bases() if p != first]
         return [
             (folder, base_name(p, r))
             for p in order

@@ -44,12 +44,13 @@ __all__ = [
 
 DATA_DIR = "data"
 SUMMARY_FILE = "summary.md"
-DATA_VERSION = 1
+DATA_VERSION = 2
 POWER_DELTA = 0.04
 """The change the power line asks about: the study's headline boundary change (0.77 -> 0.81)."""
 POWER_SIMS = 400
 """Simulated studies per power point in the summary (standard error <= 0.025; seconds)."""
 KIND_ORDER = ("SFT", "RL", "RFT")
+_ROLE_RANK = {"base": 0, "SFT": 1, "RL": 2, "RFT": 3}
 SHARED = -1
 """The seed of a base run that every replicate trained from (no ``base.per_seed``)."""
 
@@ -86,8 +87,8 @@ class StudyData:
     level: float
     categories: dict[str, dict[str, Any]]
     """``cat -> {"env_id", "task_ids", "budgets", "runs": [RunCounts]}``."""
-    cost: list[dict[str, Any]]
-    """Per stage: units, unit seconds, wall seconds."""
+    timings: list[dict[str, Any]]
+    """The study's ``timings.jsonl`` lines (every unit and stage, every piece)."""
 
 
 # ---------------------------------------------------------------------- export (from a study)
@@ -134,40 +135,68 @@ def _run_json(run: RunCounts) -> dict[str, Any]:
     }
 
 
-def write_data(folder: Path, data: StudyData) -> Path:
-    """Write ``data`` as ``study.json`` and one ``counts-<cat>.json`` per category."""
-    folder.mkdir(parents=True, exist_ok=True)
+def write_data(folder: Path, data: StudyData, *, merge: bool = False) -> Path:
+    """Write ``data``: ``study.json`` (the study, its categories' problems and T grids),
+    ``runs/<cat>-<role>-s<seed>.json`` (one evaluation each) and ``timings.jsonl``.
+
+    ``merge``: keep the runs and timing lines already in ``folder`` (a study run in pieces, on
+    machines that each hold only their piece's run folders), replacing runs of the same name.
+
+    Raises:
+        DataError: ``merge`` into a folder of another study (other problems or T grid).
+    """
     meta = {
         "version": DATA_VERSION,
         "name": data.name,
         "per_seed": data.per_seed,
         "level": data.level,
-        "categories": sorted(data.categories),
-        "cost": data.cost,
+        "categories": {
+            c: {k: v for k, v in spec.items() if k != "runs"}
+            for c, spec in sorted(data.categories.items())
+        },
     }
-    _write_json(folder / "study.json", meta)
+    meta = json.loads(json.dumps(meta))
+    lines = [json.dumps(t, sort_keys=True) for t in data.timings]
+    if merge and (folder / "study.json").is_file():
+        old = read_data(folder)
+        for cat, spec in old.categories.items():
+            mine = meta["categories"].get(cat)
+            same = {k: v for k, v in spec.items() if k != "runs"}
+            if mine is not None and json.loads(json.dumps(same)) != mine:
+                raise DataError(
+                    f"{folder / 'study.json'}: category {cat} holds other problems "
+                    "or another T grid than this study's; export to another folder"
+                )
+            meta["categories"].setdefault(cat, json.loads(json.dumps(same)))
+        kept = [json.dumps(t, sort_keys=True) for t in old.timings]
+        lines = kept + [line for line in lines if line not in set(kept)]
+    runs_dir = folder / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    if not merge:
+        for stale in runs_dir.glob("*.json"):
+            stale.unlink()
+    _write_text(folder / "study.json", json.dumps(meta, indent=1, sort_keys=True) + "\n")
     for cat, spec in data.categories.items():
-        body = {k: v for k, v in spec.items() if k != "runs"}
-        body["runs"] = [_run_json(r) for r in spec["runs"]]
-        _write_json(folder / f"counts-{cat}.json", body, compact=True)
+        for run in spec["runs"]:
+            body = {"category": cat, **_run_json(run)}
+            text = json.dumps(body, sort_keys=True, separators=(",", ":")) + "\n"
+            _write_text(runs_dir / f"{cat}-{run.role}-s{run.seed}.json", text)
+    _write_text(folder / "timings.jsonl", "".join(line + "\n" for line in lines))
     return folder
 
 
-def _write_json(path: Path, value: Any, compact: bool = False) -> None:
-    if compact:  # one run per line: kilobytes, and diffs that say which run changed
-        runs = value.pop("runs")
-        head = json.dumps(value, sort_keys=True)[:-1]
-        lines = ",\n".join(json.dumps(r, sort_keys=True, separators=(",", ":")) for r in runs)
-        text = f'{head}, "runs": [\n{lines}\n]}}\n'
-    else:
-        text = json.dumps(value, indent=1, sort_keys=True) + "\n"
+def _write_text(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
 
 
 def read_data(folder: Path) -> StudyData:
-    """The data folder written by :func:`write_data` (checked: every run on the same grid)."""
+    """The data folder written by :func:`write_data` (checked: every run on its category's grid).
+
+    Raises:
+        DataError: a missing or unreadable file, or counts off the grid, naming the file.
+    """
     meta_path = folder / "study.json"
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -175,28 +204,58 @@ def read_data(folder: Path) -> StudyData:
         raise DataError(f"{meta_path}: cannot read the study's data ({e})") from e
     if meta.get("version") != DATA_VERSION:
         raise DataError(f"{meta_path}: data version {meta.get('version')}, expected {DATA_VERSION}")
-    categories = {}
-    for cat in meta["categories"]:
-        path = folder / f"counts-{cat}.json"
+    categories = {cat: {**spec, "runs": []} for cat, spec in sorted(meta["categories"].items())}
+    for path in sorted((folder / "runs").glob("*.json")):
         try:
-            spec = json.loads(path.read_text(encoding="utf-8"))
-            runs = []
+            r = json.loads(path.read_text(encoding="utf-8"))
+            spec = categories[r["category"]]
             shape = (len(spec["task_ids"]), len(spec["budgets"]))
-            for r in spec.pop("runs"):
-                arrays = [
-                    np.asarray(r[key], dtype=np.int64) for key in ("correct", "answered", "cut")
-                ]
-                if any(a.shape != shape for a in arrays) or any(
-                    (a < 0).any() or (a > r["n"]).any() for a in arrays
-                ):
-                    raise DataError(f"{path}: run {r['name']!r} has counts off the {shape} grid")
-                runs.append(RunCounts(r["name"], r["role"], int(r["seed"]), int(r["n"]), *arrays))
+            arrays = [np.asarray(r[key], dtype=np.int64) for key in ("correct", "answered", "cut")]
+            bad = any(a.shape != shape or (a < 0).any() or (a > r["n"]).any() for a in arrays)
+            if bad:
+                raise DataError(f"{path}: counts off the {shape} grid or outside 0..n")
+            run = RunCounts(r["name"], r["role"], int(r["seed"]), int(r["n"]), *arrays)
+        except DataError:
+            raise
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise DataError(f"{path}: cannot read the category's counts ({e})") from e
-        categories[cat] = {**spec, "runs": runs}
+            raise DataError(f"{path}: cannot read the run's counts ({e})") from e
+        spec["runs"].append(run)
+    for spec in categories.values():
+        spec["runs"].sort(key=lambda r: (_ROLE_RANK.get(r.role, 9), r.seed))
+    timings = []
+    path = folder / "timings.jsonl"
+    if path.is_file():
+        try:
+            timings = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x]
+        except ValueError as e:
+            raise DataError(f"{path}: not JSON lines ({e})") from e
     return StudyData(
-        meta["name"], bool(meta["per_seed"]), float(meta["level"]), categories, meta["cost"]
+        meta["name"], bool(meta["per_seed"]), float(meta["level"]), categories, timings
     )
+
+
+def cost_rows(timings: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per stage: units, their seconds summed, the stage's wall seconds (``timings.jsonl``)."""
+    units: dict[str, set] = defaultdict(set)
+    unit_seconds: dict[str, float] = defaultdict(float)
+    wall: dict[str, float] = defaultdict(float)
+    for line in timings:
+        if line["status"] == "stage":
+            wall[line["stage"]] += line["seconds"]
+        else:
+            units[line["stage"]].add(line["unit"])
+            unit_seconds[line["stage"]] += line["seconds"]
+    order = ("splits", "base", "eval-base", "train", "eval-trained", "compare", "analyze")
+    return [
+        {
+            "stage": stage,
+            "units": len(units[stage]),
+            "unit_seconds": unit_seconds[stage],
+            "wall_seconds": wall.get(stage, 0.0),
+        }
+        for stage in sorted(set(units) | set(wall), key=lambda s: (*order, s).index(s))
+        if stage != "report"  # the report's own time is recorded after it is written
+    ]
 
 
 # ---------------------------------------------------------------------- the verdicts
@@ -455,7 +514,8 @@ def _figure(data: StudyData, cat: str, spec: dict[str, Any], path: Path) -> Path
 
 
 def _cost_section(data: StudyData) -> str:
-    if not data.cost:
+    cost = cost_rows(data.timings)
+    if not cost:
         return ""
     rows = [
         [
@@ -464,9 +524,9 @@ def _cost_section(data: StudyData) -> str:
             f"{c['unit_seconds'] / 60:.1f}",
             f"{c['wall_seconds'] / 60:.1f}",
         ]
-        for c in data.cost
+        for c in cost
     ]
-    wall = sum(c["wall_seconds"] for c in data.cost)
+    wall = sum(c["wall_seconds"] for c in cost)
     return (
         "## Cost\n\nPer stage (`timings.jsonl`): units, unit-minutes (their wall times summed) "
         f"and the stage's wall minutes; in all {wall / 3600:.1f} hours of wall time.\n\n"

@@ -33,13 +33,12 @@ def stage_units(study: Study, stage: str) -> list[Unit]:
     if stage == "splits":
         return [Unit(c, study.splits_dir(c), lambda c=c: make_splits(study, c)) for c in cats]
     if stage == "base":
-        floor = study.floor_pretrain_seeds()
-        return [Unit("base", study.base_dir, lambda: make_base(study))] + [
-            Unit(f"base-p{p}", study.floor_base_dir(p), lambda p=p: make_base(study, p))
-            for p in floor
+        return [
+            Unit(study.base_folder(p).name, study.base_folder(p), lambda p=p: make_base(study, p))
+            for p in study.bases()
         ]
     if stage == "eval-base":
-        bases = [None, *study.floor_pretrain_seeds()]
+        bases = study.bases()
         return [
             Unit(
                 f"{c}/{folder.name}",

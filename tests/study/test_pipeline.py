@@ -522,7 +522,7 @@ def test_trainer_settings_change_only_until_that_trainer_has_run(tmp_path):
     assert stored["profile"]["sft"]["learning_rate"] == 3e-4
     assert stored["updated"] == ["grpo.epochs", "sft.learning_rate"]
     (out / "train" / "rft").mkdir(parents=True)  # rft trains with [sft]'s fields
-    with pytest.raises(StudyError, match="sft.learning_rate"):
+    with pytest.raises(StudyError, match=r"sft\.learning_rate"):
         study.run(["splits", "--out", str(out), "--profile", "tiny", *later[2:],
                    "--set", "sft.learning_rate=1e-3"])  # fmt: skip
     study.run(["splits", "--out", str(out), "--profile", "tiny", *later[:2], "--set",
@@ -587,11 +587,13 @@ def test_per_seed_bases_train_and_compare_each_replicate_from_its_own_pretrainin
             assert config["policy"] == f"lean:{(out / base / 'model').resolve()}"
         metrics = json.loads((out / f"compare/C/seed{seed}/metrics.json").read_text())
         assert metrics["runs"]["base"]["name"] == ("base" if seed == 0 else "base p1")
-    counts = json.loads((out / "report/data/counts-C.json").read_text())
-    assert [(r["role"], r["seed"]) for r in counts["runs"]] == [
+    from passkt.study.summary import read_data
+
+    counts = read_data(out / "report/data").categories["C"]
+    assert [(r.role, r.seed) for r in counts["runs"]] == [
         ("base", 0), ("base", 1), ("SFT", 0), ("SFT", 1), ("RL", 0), ("RL", 1)]  # fmt: skip
     base1 = load_run_counts(out / "eval/C/base-p1")
-    assert counts["runs"][1]["correct"] == base1
+    assert counts["runs"][1].correct.tolist() == base1
     text = (out / "report/report.md").read_text()
     assert "## Seed-level verdicts" in text and "no verdict" in text
     overlap = counts["overlap"]

@@ -57,10 +57,19 @@ def _data(effects, seeds=3, problems=300, n=16, shared_base=False, seed=0):
                 runs.append(_run(kind, s, rates, n, rng, budgets))
         ids = [f"{cat}-{i}" for i in range(problems)]
         env = {"A": "Math-v0", "C": "BridgeQA-v0"}[cat]
-        cats[cat] = {"env_id": env, "env_kwargs": {}, "task_ids": ids, "budgets": budgets,
-                     "runs": runs}  # fmt: skip
-    return StudyData("synthetic", not shared_base, 0.95, cats, [
-        {"stage": "base", "units": 3, "unit_seconds": 600.0, "wall_seconds": 600.0}])  # fmt: skip
+        cats[cat] = {
+            "env_id": env,
+            "env_kwargs": {},
+            "task_ids": ids,
+            "budgets": budgets,
+            "runs": runs,
+        }
+    timings = [
+        {"stage": "base", "unit": f"base-p{s}", "status": "done", "seconds": 600.0}
+        for s in range(seeds)
+    ]
+    timings.append({"stage": "base", "unit": "*", "status": "stage", "seconds": 1200.0})
+    return StudyData("synthetic", not shared_base, 0.95, cats, timings)
 
 
 def test_episode_counts_split_answers_forced_answers_and_cut_offs():
@@ -97,7 +106,7 @@ def test_a_real_gain_is_a_gain_and_an_a_a_study_is_no_change():
 
 def test_two_bases_give_estimates_and_no_verdict():
     data = _data({"C": {"RL": 1.5}}, seeds=2)
-    (pass1, boundary) = [v for v in verdicts(data) if v.cat == "C"]
+    (pass1, _) = [v for v in verdicts(data) if v.cat == "C"]
     assert pass1.test.lower > 0 and pass1.word == "not replicated"
     assert "so this is no verdict" in pass1.sentence("BridgeQA-v0")
 
@@ -125,9 +134,10 @@ def test_the_claim_sentence_follows_the_boundary_verdicts(effects, words):
     sentence = claim_sentence(data, found)
     assert words in sentence, sentence
     boundary = {(v.cat, v.kind): v.word for v in found if v.metric == "pass@(8, 5)"}
-    assert ("holds:" in sentence) == (boundary["C", "RL"] == "gain" and
-                                      {v.word for v in found if v.metric == "pass@(8, 0)"}
-                                      == {"no change"})  # fmt: skip
+    assert ("holds:" in sentence) == (
+        boundary["C", "RL"] == "gain"
+        and {v.word for v in found if v.metric == "pass@(8, 0)"} == {"no change"}
+    )
 
 
 def test_t_explained_reports_boundary_answers_and_cut_offs_at_every_t(tmp_path):
@@ -149,7 +159,8 @@ def test_the_summary_is_remade_byte_for_byte_from_its_data_folder(tmp_path):
     data = _data({"A": {"RL": 0.0, "SFT": 0.3}, "C": {"RL": 0.8, "SFT": 0.3}}, problems=60)
     first = make_summary(data, tmp_path / "a")
     write_data(tmp_path / "b" / "data", data)
-    assert sum(p.stat().st_size for p in (tmp_path / "b" / "data").iterdir()) < 200_000
+    files = [p for p in (tmp_path / "b" / "data").rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) < 200_000
     cli = [sys.executable, "-m", "passkt", "study", "report", str(tmp_path / "b")]
     done = subprocess.run(cli, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -161,12 +172,40 @@ def test_the_summary_is_remade_byte_for_byte_from_its_data_folder(tmp_path):
 
 def test_bad_data_is_one_line_naming_the_file(tmp_path):
     write_data(tmp_path / "data", _data({"C": {"RL": 0.5}}, problems=20))
-    path = tmp_path / "data" / "counts-C.json"
+    path = tmp_path / "data" / "runs" / "C-RL-s1.json"
     path.write_text(path.read_text().replace('"correct":[[', '"correct":[[99,', 1))
-    with pytest.raises(DataError, match="counts-C.json"):
+    with pytest.raises(DataError, match=r"C-RL-s1\.json"):
         read_data(tmp_path / "data")
     cli = [sys.executable, "-m", "passkt", "study", "report", str(tmp_path)]
     done = subprocess.run(cli, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2 and "counts-C.json" in done.stderr
+    assert done.returncode == 2 and "C-RL-s1.json" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "summary.md").exists()
+
+
+def test_pieces_run_on_different_machines_merge_into_one_data_folder(tmp_path):
+    """A study run in pieces: each piece exports the evaluations it holds; the merged folder is
+    the whole study (same summary as exporting everything at once), and another study's
+    problems are refused."""
+    whole = _data({"C": {"RL": 0.5}}, problems=40)
+    write_data(tmp_path / "all", whole)
+    for seed in range(3):
+        cats = {
+            c: {**spec, "runs": [r for r in spec["runs"] if r.seed == seed]}
+            for c, spec in whole.categories.items()
+        }
+        piece = StudyData(whole.name, True, 0.95, cats, whole.timings[seed : seed + 1])
+        write_data(tmp_path / "merged", piece, merge=True)
+    (tmp_path / "merged" / "timings.jsonl").write_text(
+        (tmp_path / "all" / "timings.jsonl").read_text()
+    )
+    a, b = read_data(tmp_path / "all"), read_data(tmp_path / "merged")
+    assert [r.name for r in a.categories["C"]["runs"]] == [
+        r.name for r in b.categories["C"]["runs"]
+    ]
+    assert (
+        make_summary(a, tmp_path / "sa").read_text() == make_summary(b, tmp_path / "sb").read_text()
+    )
+    other = _data({"C": {"RL": 0.5}}, problems=41)
+    with pytest.raises(DataError, match="other problems"):
+        write_data(tmp_path / "merged", other, merge=True)

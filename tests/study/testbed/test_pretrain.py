@@ -121,14 +121,15 @@ def test_stop_step_is_a_checkpoint_of_the_longer_schedule(tmp_path):
                                log_every=4))  # fmt: skip
     assert stopped.steps == 12
     lines = (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
-    assert json.loads(lines[-1])["lr"] == pytest.approx(learning_rate(_config(tmp_path, max_steps=20), 11))
+    expected = learning_rate(_config(tmp_path, max_steps=20), 11)
+    assert json.loads(lines[-1])["lr"] == pytest.approx(expected)
     rest = pretrain(_config(tmp_path / "b", max_steps=20, save_every=10, log_every=4), resume=True)
     assert rest.steps == 20
     a = AutoModelForCausalLM.from_pretrained(whole.model_dir)
     b = AutoModelForCausalLM.from_pretrained(rest.model_dir)
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(p, q)
-    with pytest.raises(ValueError, match="stop_step must be in 1..max_steps"):
+    with pytest.raises(ValueError, match=r"stop_step must be in 1\.\.max_steps"):
         PretrainConfig(max_steps=10, stop_step=11)
 
 
