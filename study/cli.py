@@ -8,6 +8,8 @@
     passkt study report runs/study-tiny                      remake the report (seconds)
     passkt study report results/powered                      remake summary.md from data/ alone
     passkt study sweep runs/a runs/b runs/c --out runs/sweep  boundary change across studies
+    passkt study export runs/powered --to results/powered    keep a piece's counts and state
+    passkt study restore results/powered --out runs/powered  put the state back (fresh checkout)
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from passkt.study import pipeline, sweep
+from passkt.study import keep, pipeline, sweep
 from passkt.study.profile import StudyError, known_profiles
 from passkt.study.stages import STAGES
 from passkt.study.summary import DATA_DIR, DataError, make_summary, read_data
@@ -58,6 +60,26 @@ def add_parser(subparsers: Any) -> None:
     )
     report.add_argument("out", metavar="DIR", type=Path, help="a study folder or a report folder")
     report.set_defaults(func=_report)
+    keep = verbs.add_parser(
+        "export",
+        help="keep what a piece of a study made: counts of finished evaluations and the state",
+        description="Write the counts of every finished evaluation into DIR/data (merged with "
+        "earlier pieces) and the profile, splits and finished base models into DIR/state, so a "
+        "study run in pieces survives a fresh checkout (commit DIR).",
+    )
+    keep.add_argument("out", metavar="OUT", type=Path, help="the study folder")
+    keep.add_argument("--to", required=True, type=Path, help="the kept copy, e.g. results/NAME")
+    keep.add_argument("--seeds", help="only these seeds (default all of the profile's)")
+    keep.set_defaults(func=_export)
+    back = verbs.add_parser(
+        "restore",
+        help="put an exported study state back into a study folder",
+        description="Copy DIR/state (profile, splits, base models) and the timing lines into "
+        "OUT, leaving whatever OUT already holds; then continue with `passkt study run --out OUT`.",
+    )
+    back.add_argument("source", metavar="DIR", type=Path, help="the kept copy (export --to)")
+    back.add_argument("--out", required=True, type=Path, help="the study folder to continue")
+    back.set_defaults(func=_restore)
     draw = verbs.add_parser("sweep", help="compare the boundary change across finished studies")
     draw.add_argument("studies", nargs="+", help="finished study folders")
     draw.add_argument("--out", required=True, help="where sweep.md and its figures go")
@@ -87,6 +109,25 @@ def _report(args: argparse.Namespace) -> int:
         print(f"wrote {path} from {args.out / DATA_DIR}")
         return 0
     return _guarded(lambda: pipeline.run(["report", "--out", str(args.out)]))
+
+
+def _export(args: argparse.Namespace) -> int:
+    def work() -> None:
+        study = pipeline.study_at(args.out, args.seeds)
+        done = keep.export(study, args.to)
+        runs = sum(len(names) for names in done["evaluations"].values())
+        print(f"kept {runs} evaluation(s) in {args.to / 'data'} and bases "
+              f"{', '.join(done['bases']) or '(none)'} in {args.to / keep.STATE_DIR}")  # fmt: skip
+
+    return _guarded(work)
+
+
+def _restore(args: argparse.Namespace) -> int:
+    def work() -> None:
+        restored = keep.restore(args.source, args.out)
+        print(f"restored {len(restored)} file(s) into {args.out}")
+
+    return _guarded(work)
 
 
 def _sweep(args: argparse.Namespace) -> int:

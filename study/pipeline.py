@@ -151,6 +151,12 @@ def open_study(args: argparse.Namespace) -> Study:
     )
 
 
+def study_at(out: Path, seeds: str | None = None) -> Study:
+    """The study stored in ``out`` (its own profile), with an optional seed selection."""
+    selection = ["--seeds", seeds] if seeds else []
+    return open_study(_parser().parse_args(["all", "--out", str(out), *selection]))
+
+
 # ---------------------------------------------------------------------- running units
 
 

@@ -67,21 +67,28 @@ def make_report(study: Study) -> dict[str, Any]:
             "seeds": study.seeds, "floor": floor}  # fmt: skip
 
 
-def study_data(study: Study) -> StudyData:
-    """The compact counts the summary is made from (see :mod:`passkt.study.summary`)."""
+def study_data(study: Study, *, finished_only: bool = False) -> StudyData:
+    """The compact counts the summary is made from (see :mod:`passkt.study.summary`).
+
+    ``finished_only``: leave out evaluations that have not finished (a study run in pieces)."""
     categories = {}
     for cat in study.categories:
         ids, budgets, n = study.task_ids(cat, "eval"), study.budgets(cat), study.n(cat)
-        runs = []
-        bases = {study.base_of(s) for s in study.seeds}
-        for s in study.seeds:
-            if study.per_seed or s == study.seeds[0]:
-                folder = study.base_eval_dirs(cat, study.base_of(s))[0]
-                seed = s if study.per_seed or len(bases) > 1 else SHARED
-                runs.append(_counts(folder, "base", seed, ids, budgets, n))
-        for role in study.trained_roles():
-            for s in study.seeds:
-                runs.append(_counts(study.eval_dir(cat, role.lower(), s), role, s, ids, budgets, n))
+        shared = not study.per_seed
+        wanted = [
+            (study.base_eval_dirs(cat, study.base_of(s))[0], "base", SHARED if shared else s)
+            for s in (study.seeds[:1] if shared else study.seeds)
+        ]
+        wanted += [
+            (study.eval_dir(cat, role.lower(), s), role, s)
+            for role in study.trained_roles()
+            for s in study.seeds
+        ]
+        runs = [
+            _counts(folder, role, seed, ids, budgets, n)
+            for folder, role, seed in wanted
+            if not finished_only or (folder / "done.json").is_file()
+        ]
         categories[cat] = {
             "env_id": study.env(cat)[0],
             "env_kwargs": study.env(cat)[1],

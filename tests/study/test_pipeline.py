@@ -606,6 +606,40 @@ def test_per_seed_bases_train_and_compare_each_replicate_from_its_own_pretrainin
     assert done.returncode == 0, done.stderr
     assert (copy / "summary.md").read_bytes() == (out / "report/summary.md").read_bytes()
 
+    # Kept in the repository and restored on a fresh checkout: seed 0's piece exported first,
+    # seed 1's after; the merged data remake the same summary, the bases are not pretrained again.
+    kept, again = tmp_path / "kept", tmp_path / "again"
+    passkt = [sys.executable, "-m", "passkt", "study"]
+    for seeds in ("0", "1"):
+        cli = [*passkt, "export", str(out), "--to", str(kept), "--seeds", seeds]
+        done = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+        assert (
+            done.returncode == 0 and f"bases {'base' if seeds == '0' else 'base-p1'}" in done.stdout
+        )
+    assert sorted(p.name for p in (kept / "data/runs").iterdir()) == sorted(
+        f"C-{r}-s{s}.json" for r in ("base", "SFT", "RL") for s in (0, 1))  # fmt: skip
+    assert (kept / "state/base-p1/model/model.safetensors").is_file()
+    assert not list(kept.rglob("*.jsonl.gz")) and not (kept / "state/eval").exists()
+    subprocess.run([*passkt, "report", str(kept)], check=True, capture_output=True, timeout=300)
+    summary = (kept / "summary.md").read_text().split("## Cost")[0]
+    assert summary == (out / "report/summary.md").read_text().split("## Cost")[0]
+    done = subprocess.run([*passkt, "restore", str(kept), "--out", str(again)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ran = study.run(["base", "--out", str(again)]).ran["base"]
+    splits = study.run(["splits", "--out", str(again), "--categories", "C"]).ran["splits"]
+    assert ran == [] and splits == []
+    model = (again / "base-p1/model/model.safetensors").read_bytes()
+    assert model == (out / "base-p1/model/model.safetensors").read_bytes()
+    done = subprocess.run([*passkt, "restore", str(kept), "--out", str(tmp_path / "paper")],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0
+    (tmp_path / "other").mkdir()
+    study.run(["splits", "--out", str(tmp_path / "other"), "--profile", "tiny"])
+    done = subprocess.run([*passkt, "restore", str(kept), "--out", str(tmp_path / "other")],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2 and "holds another study" in done.stderr
+
 
 def load_run_counts(folder: Path) -> list[list[int]]:
     from passkt.eval.store import load_run

@@ -1,0 +1,119 @@
+"""Keep a study that runs in pieces: export what a piece made into the repository, restore it.
+
+A study of several hours runs in pieces (a pretraining, then one seed's training and evaluations),
+possibly on different machines, and a run folder (``runs/...``, ignored by git) does not survive a
+fresh checkout. So after each piece::
+
+    passkt study export runs/powered --to results/powered     # then commit results/powered
+
+writes into ``results/powered``:
+
+- ``data/``: the compact counts of every finished evaluation (one file each, merged with the
+  pieces exported before) and the study's timing lines: what ``summary.md`` is made from;
+- ``state/``: the stored profile, the splits and every finished base model (a few MB each), or
+  an unfinished pretraining's last checkpoint: what the next piece needs to start from.
+
+On a fresh checkout, ``passkt study restore results/powered --out runs/powered`` puts the state
+back, so the next piece (``passkt study run --out runs/powered --seeds 1``) trains from the same
+bases on the same problems; ``passkt study report results/powered`` remakes the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from passkt.study.profile import PROFILE_FILE, StudyError
+from passkt.study.report import read_timings, study_data
+from passkt.study.stages import Study, read_done
+from passkt.study.summary import DATA_DIR, write_data
+
+STATE_DIR = "state"
+
+__all__ = ["STATE_DIR", "export", "restore"]
+
+
+def export(study: Study, to: Path) -> dict[str, Any]:
+    """Write the finished evaluations' counts into ``to/data`` and the state into ``to/state``.
+
+    Returns:
+        What was written: evaluations per category, bases kept.
+    """
+    made = [c for c in study.categories if (study.splits_dir(c) / "done.json").is_file()]
+    study = replace(study, categories=made)  # categories never started have nothing to keep
+    data = study_data(study, finished_only=True)
+    write_data(to / DATA_DIR, data, merge=True)
+    state = to / STATE_DIR
+    state.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(study.out / PROFILE_FILE, state / PROFILE_FILE)
+    for cat in study.categories:
+        _copy_tree(study.splits_dir(cat), state / "splits" / cat)
+    kept = []
+    for pretrain_seed in study.bases():
+        folder = study.base_folder(pretrain_seed)
+        if not (folder / "done.json").is_file():
+            if (folder / "checkpoint").is_dir():  # an unfinished pretraining resumes from here
+                _copy_tree(folder / "checkpoint", state / folder.name / "checkpoint")
+                for path in folder.glob("*.json*"):
+                    _copy_file(path, state / folder.name / path.name)
+                kept.append(f"{folder.name} (unfinished)")
+            continue
+        done = read_done(folder, "base")
+        if done.get("in_study"):  # a pretrained base: its model travels with the state
+            _copy_tree(study.out / done["model"], state / done["model"])
+        _copy_file(folder / "done.json", state / folder.name / "done.json")
+        kept.append(folder.name)
+    runs = {cat: [r.name for r in spec["runs"]] for cat, spec in data.categories.items()}
+    return {"evaluations": runs, "bases": kept}
+
+
+def restore(source: Path, out: Path) -> list[str]:
+    """Put ``source/state`` back into the study folder ``out`` (made if missing).
+
+    Returns:
+        The paths restored, relative to ``out``.
+
+    Raises:
+        StudyError: ``source`` holds no state, or ``out`` holds another study.
+    """
+    state = source / STATE_DIR
+    profile = state / PROFILE_FILE
+    if not profile.is_file():
+        raise StudyError(f"{profile} is missing: {source} holds no exported study state")
+    mine = out / PROFILE_FILE
+    if mine.is_file():
+        stored = json.loads(mine.read_text(encoding="utf-8"))["profile"]
+        if stored != json.loads(profile.read_text(encoding="utf-8"))["profile"]:
+            raise StudyError(
+                f"{out} holds another study than {source} (their {PROFILE_FILE} differ); "
+                "restore into a new folder"
+            )
+    restored = []
+    for path in sorted(p for p in state.rglob("*") if p.is_file()):
+        relative = path.relative_to(state)
+        target = out / relative
+        if not target.exists():
+            _copy_file(path, target)
+            restored.append(relative.as_posix())
+    timings = source / DATA_DIR / "timings.jsonl"
+    if timings.is_file() and not read_timings(out):
+        _copy_file(timings, out / "timings.jsonl")
+        restored.append("timings.jsonl")
+    return restored
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        if path.name.endswith(".tmp"):
+            continue
+        _copy_file(path, target / path.relative_to(source))
+
+
+def _copy_file(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.copyfile(source, tmp)
+    tmp.replace(target)
