@@ -414,11 +414,14 @@ are made again."""
 
 TRAINER_TABLES = ("sft", "grpo", "rft")
 """Trainer tables: a folder takes new values while no training of that kind has started (the
-learning-rate trials run from a folder's own base, before its training stage)."""
+learning-rate trials run from a folder's own base, before its training stage); so does [eval]
+until the first evaluation starts (a base may be pretrained before the evaluation is tuned)."""
 
 
 def _untrained_trainer_key(difference: str, out: Path) -> bool:
     table = difference.split(":", 1)[0].split(".", 1)[0]
+    if table == "eval" and not (out / "eval").exists():
+        return True  # how to evaluate may change until the first evaluation starts
     methods = ("sft", "rft") if table == "sft" else (table,)  # rft takes [sft]'s fields too
     return table in TRAINER_TABLES and not any((out / "train" / m).exists() for m in methods)
 
