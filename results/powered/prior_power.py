@@ -35,7 +35,8 @@ def beta_rates(pass1: float, covered: float, n: int = 64, size: int = 2000) -> n
 for name, (pass1, covered) in PILOT.items():
     rates = beta_rates(pass1, covered)
     need = required_problems(rates, delta=0.04, n=64, k=64, level=0.05, sims=1000)
-    print(f"{name}: {need.problems} problems detect +0.04 in pass@64 with power {need.achieved:.2f}")
+    power = need.achieved
+    print(f"{name}: {need.problems} problems detect +0.04 in pass@64 with power {power:.2f}")
     for problems in (300, 500, 800):
         least = smallest_change(rates, problems=problems, n=64, k=64, sims=500)
         print(f"  {problems} problems detect {least.delta:+.3f} with power 0.8")

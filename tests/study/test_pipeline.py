@@ -526,7 +526,7 @@ def test_trainer_settings_change_only_until_that_trainer_has_run(tmp_path):
         study.run(["splits", "--out", str(out), "--profile", "tiny", *later[2:],
                    "--set", "sft.learning_rate=1e-3"])  # fmt: skip
     study.run(["splits", "--out", str(out), "--profile", "tiny", *later[:2], "--set",
-               "grpo.epochs=4", "--set", "eval.chunk_tasks=8"])
+               "grpo.epochs=4", "--set", "eval.chunk_tasks=8"])  # fmt: skip
     (out / "eval").mkdir()  # an evaluation has started: [eval] is pinned
     with pytest.raises(StudyError, match=r"eval\.chunk_tasks"):
         study.run(["splits", "--out", str(out), "--profile", "tiny", *later[:2], "--set",
