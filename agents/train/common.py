@@ -445,7 +445,9 @@ def _head_logprobs(
     head: Any, hidden: torch.Tensor, targets: torch.Tensor, scale: float
 ) -> torch.Tensor:
     """``(N,)`` log-softmax of ``head(hidden) / scale`` (float32) at ``targets``."""
-    logits = head(hidden).float() / scale  # (N, V)
+    logits = head(hidden).float()  # (N, V)
+    if scale != 1.0:
+        logits = logits / scale  # (N, V): one more (N, V) copy only when it is needed
     picked = logits.gather(-1, targets[:, None]).squeeze(-1)  # (N,)
     return picked - torch.logsumexp(logits, dim=-1)
 
