@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 
-def consecutive(sequences, size):
+def consecutive(sequences, size, max_tokens=None):
+    """Chunks of ``size`` consecutive episodes (the trainers' ``micro_batch_tokens`` cap is not
+    modelled: this compares against micro-batches by row count only)."""
     return [list(range(i, min(i + size, len(sequences)))) for i in range(0, len(sequences), size)]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from passkt.agents.hf import HFPolicy
 from passkt.agents.policy import SamplingParams
@@ -283,56 +284,202 @@ def collate(sequences: Sequence[TokenSequence], pad_id: int, device: Any = "cpu"
     return TokenBatch(ids.to(device), attention.to(device), mask.to(device))
 
 
-def sequence_logprobs(model: Any, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
+LOGIT_POSTPROCESSING = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "output_multiplier",
+    "lm_head_multiplier",
+    "logits_scaling",
+)
+"""Config fields of models whose forward changes the logits after the output head (Gemma's
+softcap, Cohere's and Granite's scales): ``loss_logits = "trained"`` applies the head itself, so
+these models take the ``columns`` route instead (the model's own head and scaling)."""
+
+
+def sequence_logprobs(
+    model: Any,
+    batch: TokenBatch,
+    temperature: float = 1.0,
+    *,
+    logits: str = "trained",
+    chunk_tokens: int | None = 512,
+) -> torch.Tensor:
     """``(B, L)`` log-probability of each token given its prefix, at least at policy tokens.
 
-    Positions that predict no policy token in any row are left at 0 (the losses mask them).
-    Only the positions that predict a policy token (in any row) go through the output head
-    (``logits_to_keep``): with a large vocabulary the ``(B, L, V)`` logits of a multi-turn
-    episode, mostly prompt and observations, would otherwise dominate memory.
+    Positions that predict no policy token are left at 0 where the route skips them (the losses
+    mask them). The three routes give the same values and gradients at policy tokens (tested);
+    they differ in how much of the ``(B, L, V)`` logits they make:
+
+    - ``trained``: the model body runs to its last hidden states, and only the positions that
+      predict a policy token of their own row go through the output head, ``chunk_tokens`` at a
+      time, each chunk's logits recomputed in the backward pass rather than kept
+      (``torch.utils.checkpoint``): about ``chunk_tokens x V`` floats at once, however long the
+      prompt and observations. Needs a transformers causal LM (``get_output_embeddings``,
+      ``logits_to_keep``) without logit scaling (``LOGIT_POSTPROCESSING``); other models take
+      ``columns``.
+    - ``columns``: every position where *any* row predicts a policy token goes through the head
+      (transformers' ``logits_to_keep``): ``(B, K, V)`` logits kept for the backward pass. Rows
+      whose turns sit at other positions widen ``K`` for each other.
+    - ``all``: the plain forward, ``(B, L, V)`` logits.
     """
+    if logits not in ("trained", "columns", "all"):
+        raise ValueError(f"logits must be 'trained', 'columns' or 'all', got {logits!r}")
+    if logits == "trained":
+        parts = _body_and_head(model)
+        if parts is not None:
+            return _trained_logprobs(model, *parts, batch, temperature, chunk_tokens)
+        logits = "columns"
     ids = batch.input_ids  # (B, L)
     predicts = batch.policy_mask[:, 1:].any(0)  # (L-1,): position t predicts token t + 1
     keep = torch.nonzero(predicts).squeeze(-1)  # (K,)
-    if not _accepts_logits_to_keep(model) or keep.numel() == predicts.numel():
-        logits = model(input_ids=ids, attention_mask=batch.attention_mask, use_cache=False).logits
-        return token_logprobs(logits, ids, temperature)  # (B, L)
-    out = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)  # (B, L)
+    if logits == "all" or not _accepts_logits_to_keep(model) or keep.numel() == predicts.numel():
+        out = model(input_ids=ids, attention_mask=batch.attention_mask, use_cache=False).logits
+        return token_logprobs(out, ids, temperature)  # (B, L)
+    result = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)  # (B, L)
     if keep.numel() == 0:
-        return out
-    logits = model(
+        return result
+    out = model(
         input_ids=ids, attention_mask=batch.attention_mask, use_cache=False, logits_to_keep=keep
     ).logits  # (B, K, V)
     targets = ids[:, keep + 1]  # (B, K)
     scale = temperature if temperature > 0 else 1.0
     rows = []
-    for row_logits, row_targets in zip(logits, targets, strict=True):  # one row at a time
+    for row_logits, row_targets in zip(out, targets, strict=True):  # one row at a time
         row_logits = row_logits.float() / scale  # (K, V)
         picked = row_logits.gather(-1, row_targets[:, None]).squeeze(-1)  # (K,)
         rows.append(picked - torch.logsumexp(row_logits, dim=-1))
     columns = (keep + 1).expand(len(rows), -1)  # (B, K)
-    return out.scatter(1, columns, torch.stack(rows))  # (B, L)
+    return result.scatter(1, columns, torch.stack(rows))  # (B, L)
+
+
+def _causal_lm(model: Any) -> Any:
+    """The causal LM under any DDP / peft wrappers."""
+    inner = getattr(model, "module", model)  # DistributedDataParallel
+    if hasattr(inner, "get_base_model"):  # peft
+        inner = inner.get_base_model()
+    return inner
 
 
 def _accepts_logits_to_keep(model: Any) -> bool:
     """Whether the causal LM under any DDP / peft wrappers takes ``logits_to_keep``."""
-
-    inner = getattr(model, "module", model)  # DistributedDataParallel
-    if hasattr(inner, "get_base_model"):  # peft
-        inner = inner.get_base_model()
-    return "logits_to_keep" in inspect.signature(inner.forward).parameters
+    return "logits_to_keep" in inspect.signature(_causal_lm(model).forward).parameters
 
 
-def length_sorted_micro_batches(sequences: Sequence[TokenSequence], size: int) -> list[list[int]]:
+_FELL_BACK: set[str] = set()
+
+
+def _body_and_head(model: Any) -> tuple[Any, Any] | None:
+    """The body (its output's ``last_hidden_state`` is what the head reads) and the output head
+    of a transformers causal LM, or None (logged once per model class) when the ``trained`` route
+    cannot reproduce the model's own logits."""
+    inner = _causal_lm(model)
+    name = type(inner).__name__
+    reason = None
+    head = body = None
+    if not _accepts_logits_to_keep(model):
+        reason = "its forward takes no logits_to_keep"
+    else:
+        get_head = getattr(inner, "get_output_embeddings", None)
+        head = get_head() if get_head is not None else None
+        get_body = getattr(inner, "get_decoder", None)
+        body = get_body() if get_body is not None else None
+        config = getattr(inner, "config", None)
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        scaled = [f for f in LOGIT_POSTPROCESSING if getattr(text, f, None) not in (None, 1.0)]
+        if head is None or body is None or body is inner:
+            reason = "no output head / body to call apart"
+        elif scaled:
+            reason = f"its config scales the logits ({', '.join(scaled)})"
+    if reason is None:
+        return body, head
+    if name not in _FELL_BACK:
+        _FELL_BACK.add(name)
+        logger.warning("%s: loss_logits='trained' falls back to 'columns': %s", name, reason)
+    return None
+
+
+def _trained_logprobs(
+    model: Any,
+    body: Any,
+    head: Any,
+    batch: TokenBatch,
+    temperature: float,
+    chunk_tokens: int | None,
+) -> torch.Tensor:
+    """``sequence_logprobs`` of the ``trained`` route (see there)."""
+    ids = batch.input_ids  # (B, L)
+    out = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)  # (B, L)
+    rows, cols = torch.nonzero(batch.policy_mask[:, 1:], as_tuple=True)  # (N,), (N,)
+    if rows.numel() == 0:
+        return out
+    captured: list[Any] = []
+    handle = body.register_forward_hook(lambda _module, _args, output: captured.append(output))
+    try:
+        # Through the outer model (DDP's forward hooks, peft), with the head on no position.
+        model(
+            input_ids=ids,
+            attention_mask=batch.attention_mask,
+            use_cache=False,
+            logits_to_keep=torch.zeros(0, dtype=torch.long, device=ids.device),
+        )
+    finally:
+        handle.remove()
+    output = captured[-1]
+    hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+    hidden = hidden[rows, cols]  # (N, H): the positions that predict a policy token
+    targets = ids[rows, cols + 1]  # (N,)
+    scale = temperature if temperature > 0 else 1.0
+    size = chunk_tokens or rows.numel()
+    recompute = chunk_tokens is not None and torch.is_grad_enabled()
+    pieces = []
+    for start in range(0, rows.numel(), size):
+        args = (head, hidden[start : start + size], targets[start : start + size], scale)
+        if recompute:  # keep only the chunk's hidden states; its logits come back in backward
+            pieces.append(checkpoint(_head_logprobs, *args, use_reentrant=False))
+        else:
+            pieces.append(_head_logprobs(*args))
+    return out.index_put((rows, cols + 1), torch.cat(pieces))  # (B, L)
+
+
+def _head_logprobs(
+    head: Any, hidden: torch.Tensor, targets: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """``(N,)`` log-softmax of ``head(hidden) / scale`` (float32) at ``targets``."""
+    logits = head(hidden).float()  # (N, V)
+    if scale != 1.0:
+        logits = logits / scale  # (N, V): one more (N, V) copy only when it is needed
+    picked = logits.gather(-1, targets[:, None]).squeeze(-1)  # (N,)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def length_sorted_micro_batches(
+    sequences: Sequence[TokenSequence], size: int, max_tokens: int | None = None
+) -> list[list[int]]:
     """Indices of ``sequences`` in chunks of at most ``size``, shortest sequences together.
 
     ``collate`` pads a chunk to its longest sequence; multi-turn episodes differ in length by
     whole turns, so consecutive chunks of a GRPO batch were about a third padding. The losses
     divide by the step's global token (or sequence) count, so the accumulated gradient does not
     depend on how the batch is split: sorting changes only the padding (and summation order).
+
+    ``max_tokens`` also caps a chunk's padded tokens (its rows x its longest row): a chunk takes
+    the next sequence only while that stays within the cap, and a sequence longer than the cap
+    forms a chunk of its own.
     """
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].token_ids))
-    return [order[i : i + size] for i in range(0, len(order), size)]
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        width = len(sequences[i].token_ids)  # the chunk's longest row if i joins (sorted order)
+        full = len(current) == size
+        over = max_tokens is not None and (len(current) + 1) * width > max_tokens
+        if current and (full or over):
+            chunks.append(current)
+            current = []
+        current.append(i)
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 def shard(items: Sequence[Any], rank: int, world: int) -> list[Any]:

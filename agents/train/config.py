@@ -5,9 +5,10 @@ checks that involve several fields run in ``__post_init__`` and say how to fix t
 
 Batch vocabulary. GRPO: one optimizer step uses ``tasks_per_step`` tasks x ``group_size``
 episodes (over all processes); each process runs its share of the tasks and feeds its episodes to
-the model ``micro_batch_size`` at a time, accumulating gradients over the micro-batches of the step
-(that *is* the gradient accumulation: ``ceil(episodes per process / micro_batch_size)``
-micro-batches per step). SFT: one optimizer step uses ``batch_size`` expert episodes, split the same
+the model ``micro_batch_size`` at a time (shortest together; fewer when ``micro_batch_tokens``
+caps the padded tokens), accumulating gradients over the micro-batches of the step (that *is* the
+gradient accumulation: ``ceil(episodes per process / micro_batch_size)`` micro-batches per step
+without a token cap). SFT: one optimizer step uses ``batch_size`` expert episodes, split the same
 way.
 """
 
@@ -87,8 +88,23 @@ class TrainConfig:
     """Cut training sequences to this many tokens (tokens past it are not trained)."""
     aggregation: Literal["token_mean", "sequence_mean"] = "token_mean"
     """Token averaging of the loss: DAPO's token mean or per-sequence mean (see ``losses``)."""
+    micro_batch_tokens: int | None = None
+    """Also cap each micro-batch at this many padded tokens (rows x its longest row): episodes,
+    sorted by length, fill a micro-batch until one more would pass this or ``micro_batch_size``;
+    an episode longer than the cap goes alone. Activations grow with padded tokens, not rows, so
+    this bounds the update's memory when episode lengths vary (``None``: rows only)."""
     gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory, ~30% slower)."""
+    """Recompute activations in the backward pass (less memory, ~30% slower): transformers'
+    ``gradient_checkpointing_enable`` keeps each layer's input and recomputes the layer."""
+    loss_logits: Literal["trained", "columns", "all"] = "trained"
+    """Where the update runs the output head: ``trained``, only at the positions whose next token
+    is trained (each row's policy tokens), in chunks of ``logits_chunk_tokens``; ``columns``, at
+    every position where any row of the micro-batch predicts a trained token (transformers'
+    ``logits_to_keep``); ``all``, everywhere (``(B, L, V)`` logits). Same loss and gradient."""
+    logits_chunk_tokens: int | None = 512
+    """With ``loss_logits = "trained"``: positions sent through the output head at a time; each
+    chunk's logits are recomputed in the backward pass instead of kept, so the head holds about
+    this many x vocabulary floats at once (``None``: one chunk, kept for the backward pass)."""
 
     # --- model ------------------------------------------------------------------------------------
     finetune: FineTune = "full"
@@ -161,7 +177,14 @@ class TrainConfig:
         _non_negative(self, "t_train", "warmup_steps", "save_every", "eval_every", "seed")
         if self.t_train > MAX_BUDGET:
             raise ValueError(f"t_train must be at most {MAX_BUDGET} tool calls, got {self.t_train}")
-        for name in ("max_steps", "limit", "max_length", "save_total_limit"):
+        for name in (
+            "max_steps",
+            "limit",
+            "max_length",
+            "save_total_limit",
+            "micro_batch_tokens",
+            "logits_chunk_tokens",
+        ):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be None or >= 1, got {value}")

@@ -145,12 +145,14 @@ def policy_update(
     totals = reduce_sums(run.accelerator, counts)
     key = "tokens" if config.aggregation == "token_mean" else "sequences"
     normalizer = totals[key] / run.world
-    chunks = length_sorted_micro_batches(sequences, config.micro_batch_size)
+    chunks = length_sorted_micro_batches(
+        sequences, config.micro_batch_size, config.micro_batch_tokens
+    )
     batches = [collate([sequences[i] for i in chunk], pad_id, device) for chunk in chunks]
     chunk_advantages = [advantages[list(chunk)].to(device) for chunk in chunks]  # each (B,)
     old = None
     if config.num_iterations > 1:
-        old = _frozen_logprobs(run.unwrapped, batches, config.temperature)
+        old = _frozen_logprobs(run.unwrapped, batches, config)
     ref = _reference_logprobs(run, reference, batches, config) if config.kl_coef > 0 else None
 
     policy_loss = kl_total = clipped = 0.0
@@ -160,7 +162,7 @@ def policy_update(
             last = j == len(batches) - 1
             sync = contextlib.nullcontext() if last else run.accelerator.no_sync(run.model)
             with sync:
-                logp = sequence_logprobs(run.model, batch, config.temperature)  # (B, L)
+                logp = logprobs(run.model, batch, config)  # (B, L)
                 loss, surrogate, kl = grpo_loss(
                     logp,
                     batch.policy_mask,
@@ -228,18 +230,30 @@ def grpo_loss(
     return surrogate.loss + config.kl_coef * kl, surrogate, kl
 
 
+def logprobs(model: Any, batch: Any, config: GRPOConfig) -> torch.Tensor:
+    """``(B, L)`` log-probabilities of a micro-batch at the sampling temperature, the output head
+    run where ``config.loss_logits`` says (``sequence_logprobs``)."""
+    return sequence_logprobs(
+        model,
+        batch,
+        config.temperature,
+        logits=config.loss_logits,
+        chunk_tokens=config.logits_chunk_tokens,
+    )
+
+
 @torch.no_grad()
-def _frozen_logprobs(model: Any, batches: Sequence[Any], temperature: float) -> list[torch.Tensor]:
-    return [sequence_logprobs(model, batch, temperature) for batch in batches]
+def _frozen_logprobs(model: Any, batches: Sequence[Any], config: GRPOConfig) -> list[torch.Tensor]:
+    return [logprobs(model, batch, config) for batch in batches]
 
 
 def _reference_logprobs(
     run: TrainingRun, reference: Any, batches: Sequence[Any], config: GRPOConfig
 ) -> list[torch.Tensor]:
     if reference is not None:
-        return _frozen_logprobs(reference, batches, config.temperature)
+        return _frozen_logprobs(reference, batches, config)
     with run.unwrapped.disable_adapter():  # LoRA: the base model is the reference
-        return _frozen_logprobs(run.unwrapped, batches, config.temperature)
+        return _frozen_logprobs(run.unwrapped, batches, config)
 
 
 def _reference_model(config: GRPOConfig, run: TrainingRun) -> Any:

@@ -357,13 +357,20 @@ def sft_update(
     totals = reduce_sums(run.accelerator, counts)
     key = "tokens" if config.aggregation == "token_mean" else "sequences"
     normalizer = totals[key] / run.world
-    chunks = length_sorted_micro_batches(sequences, config.micro_batch_size)
+    chunks = length_sorted_micro_batches(
+        sequences, config.micro_batch_size, config.micro_batch_tokens
+    )
     loss_sum = 0.0
     for j, chunk in enumerate(chunks):
         batch = collate([sequences[i] for i in chunk], run.policy.pad_token_id, device)
         last = j == len(chunks) - 1
         with contextlib.nullcontext() if last else run.accelerator.no_sync(run.model):
-            logp = sequence_logprobs(run.model, batch)  # (B, L)
+            logp = sequence_logprobs(
+                run.model,
+                batch,
+                logits=config.loss_logits,
+                chunk_tokens=config.logits_chunk_tokens,
+            )  # (B, L)
             loss = policy_nll(logp, batch.policy_mask, config.aggregation, normalizer)
             run.accelerator.backward(loss)
         loss_sum += loss.item()

@@ -390,9 +390,26 @@ def trl_args(config: GRPOConfig, world_size: int = 1, **overrides: Any) -> dict[
     }
     if config.gradient_checkpointing:
         args["gradient_checkpointing"] = True
+    warn_passkt_only(config)
     args.update(overrides)
     refuse_unsupported_vllm(args)
     return args
+
+
+def warn_passkt_only(config: Any) -> None:
+    """Say (a warning) that ``micro_batch_tokens`` does not reach TRL's trainers.
+
+    TRL's micro-batches are ``per_device_train_batch_size`` rows (``micro_batch_size``), and its
+    fused output head already computes the log-probabilities in chunks (``loss_logits`` and
+    ``logits_chunk_tokens`` have no TRL field either, and need none).
+    """
+    if config.micro_batch_tokens is not None:
+        logger.warning(
+            "micro_batch_tokens=%d applies to passkt's own trainer only: TRL's micro-batches are "
+            "micro_batch_size = %d rows whatever their length",
+            config.micro_batch_tokens,
+            config.micro_batch_size,
+        )
 
 
 def refuse_unsupported_vllm(args: Mapping[str, Any]) -> None:

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from passkt.agents.train.common import TokenSequence, collate, sequence_logprobs
+from passkt.agents.train.common import TokenSequence, collate
 from passkt.agents.train.config import GRPOConfig
-from passkt.agents.train.grpo import grpo_loss
+from passkt.agents.train.grpo import grpo_loss, logprobs
 from passkt.agents.train.losses import group_advantages
 from passkt.agents.train.trl import build_dataset
 
@@ -79,7 +79,7 @@ def fixed_batch_agreement(trainer: Any, config: GRPOConfig) -> Agreement:
     batch = collate(
         [TokenSequence.from_episode(e) for e in episodes], trainer.processing_class.pad_token_id
     )
-    logp = sequence_logprobs(model, batch, config.temperature)  # (B, L)
+    logp = logprobs(model, batch, config)  # (B, L)
     passkt_loss, _, _ = grpo_loss(logp, batch.policy_mask, advantages, config)
     passkt_loss.backward()
     ours = [p.grad.detach() for p in model.parameters() if p.grad is not None]

@@ -16,7 +16,7 @@ from typing import Any
 
 from passkt.agents.train.config import SFTConfig, policy_path
 from passkt.agents.train.sft import ExpertExample, expert_examples
-from passkt.agents.train.trl import finish_trl_run, lora_config
+from passkt.agents.train.trl import finish_trl_run, lora_config, warn_passkt_only
 from passkt.envs.errors import MissingDependencyError
 
 _SCHEDULERS = {"constant": "constant", "linear": "linear", "cosine": "cosine"}
@@ -74,6 +74,7 @@ def trl_sft_args(config: SFTConfig, world_size: int = 1, **overrides: Any) -> di
     }
     if config.gradient_checkpointing:
         args["gradient_checkpointing"] = True
+    warn_passkt_only(config)
     args.update(overrides)
     return args
 

@@ -65,11 +65,23 @@ def digit_config(policy: Path, out: Path, **overrides) -> GRPOConfig:
     return GRPOConfig(**fields)
 
 
-def test_grpo_raises_the_reward_of_a_tiny_model(format_checkpoint, digit_tasks, tmp_path):
+MEMORY_OPTIONS = {
+    "gradient_checkpointing": True,
+    "micro_batch_tokens": 800,  # about 4 of the ~180-token episodes per micro-batch, not 16
+    "loss_logits": "trained",
+    "logits_chunk_tokens": 8,
+}
+"""Every option that bounds the update's memory (``test_memory.py``), set tighter than a real run
+would, so that the learning test exercises them all."""
+
+
+@pytest.mark.parametrize("options", [{}, MEMORY_OPTIONS], ids=["defaults", "memory-options"])
+def test_grpo_raises_the_reward_of_a_tiny_model(format_checkpoint, digit_tasks, tmp_path, options):
     before = mean_reward(format_checkpoint, digit_tasks, n=50, seed=101)
     assert before < 0.2, f"the warm-up should leave about 1/10 reward, got {before}"
 
-    result = train_grpo(digit_config(format_checkpoint, tmp_path / "grpo", max_steps=12))
+    config = digit_config(format_checkpoint, tmp_path / "grpo", max_steps=12, **options)
+    result = train_grpo(config)
 
     after = mean_reward(result.checkpoint, digit_tasks, n=50, seed=202)
     assert after > 0.8, f"GRPO did not learn: reward {before:.2f} -> {after:.2f}"
