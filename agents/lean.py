@@ -264,6 +264,16 @@ class _Entry:
     row: int
 
 
+def _position_weights(length: int) -> np.ndarray:
+    """Odd pseudo-random uint64 weights of positions ``0..length``: SplitMix64 of the position,
+    so the first ``k`` weights are the same for every ``length >= k``."""
+    with np.errstate(over="ignore"):
+        z = (np.arange(length, dtype=np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return (z ^ (z >> np.uint64(31))) | np.uint64(1)
+
+
 class _PrefixStore:
     """The rows of one call, found again by the prompts of the next call that extend them."""
 
@@ -275,10 +285,11 @@ class _PrefixStore:
         self._hashes = np.zeros(0, dtype=np.uint64)
 
     def _prefix_hashes(self, ids: np.ndarray) -> np.ndarray:
-        """``h[i]``: a hash of ``ids[: i + 1]`` (random per-position weights, wrapping sums)."""
+        """``h[i]``: a hash of ``ids[: i + 1]`` (pseudo-random per-position weights, wrapping
+        sums). A position's weight is a function of the position alone, so hashes taken before
+        the table grew stay valid."""
         if len(self._weights) < len(ids):
-            rng = np.random.default_rng(len(ids))
-            self._weights = rng.integers(1, 2**63, size=2 * len(ids), dtype=np.uint64) | 1
+            self._weights = _position_weights(2 * len(ids))
         with np.errstate(over="ignore"):
             return np.cumsum(ids.astype(np.uint64) * self._weights[: len(ids)], dtype=np.uint64)
 

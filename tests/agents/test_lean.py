@@ -214,3 +214,15 @@ def test_per_row_seeds_make_a_row_independent_of_its_batch(loud_model, testbed_t
     hf = HFPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=4)
     _assert_same(batched, hf.generate_ids(prompts, replace(params, seeds=seeds)))
     assert batched[0].token_ids != batched[1].token_ids  # the seeds do choose the draws
+
+
+def test_prefix_store_finds_prefixes_whatever_the_lengths_seen_before():
+    # the hash weights of a position must not depend on the longest prompt hashed so far: an
+    # entry indexed before a longer one, or a query longer than every entry, still matches
+    store = _PrefixStore(version=(0,))
+    short, long = np.arange(3), np.arange(100, 150)
+    store.add(short, cache=None, row=0)
+    store.add(long, cache=None, row=1)
+    store.freeze()
+    assert store.longest_prefix(np.arange(40)).row == 0
+    assert store.longest_prefix(np.arange(100, 400)).row == 1
