@@ -12,6 +12,9 @@ that do not depend on the model's size (measured in ``benchmarks/testbed_speed.p
 2. *A growing cache and a dense padding mask.* ``DynamicCache`` concatenates every step and
    attention builds a ``(B, 1, L, L)`` float mask; here each chunk gets one preallocated cache, rows
    keep their own positions (no left padding) and the mask is a boolean ``key <= position``.
+   Cache buffers are pooled across calls: a fresh buffer of a few hundred MB is zeroed page by
+   page on first touch, which cost a fifth of a BridgeQA chunk when every call and compaction
+   allocated one.
 3. *Python per row and step.* Stop strings are matched on decoded text only for rows whose new
    token contains the last character of a stop string (the others cannot have completed one);
    finished rows stay in the batch until at most half are left, then the cache is compacted once.
@@ -31,7 +34,8 @@ update the model between calls.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,8 +147,7 @@ class _Layer:
 class _Net:
     """A model's weights laid out for a lean forward pass over a preallocated KV cache."""
 
-    def __init__(self, model: Any) -> None:
-
+    def __init__(self, model: Any, pool_bytes: int = PREFIX_CACHE_BYTES) -> None:
         config, inner = model.config, model.model
         attention = inner.layers[0].self_attn
         self.heads = config.num_attention_heads
@@ -163,6 +166,8 @@ class _Net:
         self.inv_freq = rotary.inv_freq.float()
         self.rope_scale = getattr(rotary, "attention_scaling", 1.0)
         self._extend(config.max_position_embeddings)
+        self.pool = _Pool(pool_bytes)
+        """Free cache buffers (``new_cache`` takes from it)."""
         self.layers = [
             _Layer(
                 ln1=layer.input_layernorm.weight,
@@ -187,11 +192,23 @@ class _Net:
         self.key_index = torch.arange(length, device=self.device)
 
     def new_cache(self, rows: int, capacity: int) -> _Cache:
-        import torch  # optional: the hf extra (torch, transformers)
+        """A cache of ``rows`` x ``capacity`` slots on a buffer from the pool (its slots hold
+        finite values, not necessarily zeros: every slot a row has not written is masked)."""
+        shape = (2, len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
+        flat = self.pool.take(math.prod(shape), self.dtype, self.device)
+        return _Cache(flat[: math.prod(shape)].view(shape), flat)
 
-        shape = (rows, self.kv_heads, capacity, self.head_dim)
-        zeros = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
-        return _Cache(zeros, [torch.zeros_like(k) for k in zeros])
+    def select(self, cache: _Cache, index: Sequence[int], upto: int) -> _Cache:
+        """A new cache whose row i holds slots ``0..upto`` of ``cache`` row ``index[i]``."""
+        new = self.new_cache(len(index), cache.capacity)
+        for start, stop, source in _runs(index):  # one copy per run, no temporary
+            src = source if stop - start > 1 and index[start] == index[start + 1] else None
+            if src is None:
+                block = cache.kv[:, :, source : source + stop - start, :, :upto]
+            else:
+                block = cache.kv[:, :, src : src + 1, :, :upto]  # broadcast to the run
+            new.kv[:, :, start:stop, :, :upto] = block
+        return new
 
     def forward(self, ids: Any, positions: Any, cache: _Cache, rows: Any = None) -> Any:
         """Hidden states ``(B, S, d)`` of ``ids`` at ``positions``; their K/V go into ``cache``.
@@ -239,17 +256,67 @@ class _Net:
         return F.linear(_rms(hidden, self.norm, self.eps), self.lm_head).float()
 
 
-@dataclass
 class _Cache:
-    """Per-layer key and value slots ``(rows, kv_heads, capacity, head_dim)``."""
+    """Key and value slots of every layer: ``kv (2, layers, rows, kv_heads, capacity, head_dim)``,
+    a view of the pooled buffer ``flat``; ``k[i]`` and ``v[i]`` are layer i's
+    ``(rows, kv_heads, capacity, head_dim)``."""
 
-    k: list[Any]
-    v: list[Any]
+    def __init__(self, kv: Any, flat: Any) -> None:
+        self.kv, self.flat = kv, flat
+        self.k, self.v = list(kv[0]), list(kv[1])
 
-    def select(self, index: Any) -> _Cache:
-        return _Cache(
-            [t.index_select(0, index) for t in self.k], [t.index_select(0, index) for t in self.v]
-        )
+    @property
+    def rows(self) -> int:
+        return int(self.kv.shape[2])
+
+    @property
+    def capacity(self) -> int:
+        return int(self.kv.shape[4])
+
+
+def _runs(index: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(start, stop, index[start])`` for maximal runs of ``index`` that repeat one value or
+    count up by one (so each run is one strided copy)."""
+    runs: list[tuple[int, int, int]] = []
+    start = 0
+    for i in range(1, len(index) + 1):
+        if i < len(index):
+            step = index[i] - index[i - 1]
+            first = index[start + 1] - index[start] if i - start > 1 else step
+            if step in (0, 1) and step == first:
+                continue
+        runs.append((start, i, index[start]))
+        start = i
+    return runs
+
+
+class _Pool:
+    """Cache buffers kept for reuse. A fresh buffer of a few hundred MB is zeroed page by page on
+    first touch, which cost as much as a fifth of a BridgeQA chunk's time when every call and
+    every compaction allocated one; a reused buffer needs neither (its values are stale but
+    finite, and every slot a row has not written is masked)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.free: list[Any] = []
+
+    def take(self, numel: int, dtype: Any, device: Any) -> Any:
+        """A flat buffer of at least ``numel`` elements (the smallest free one that fits)."""
+        import torch  # optional: the hf extra (torch, transformers)
+
+        fits = [i for i, b in enumerate(self.free) if b.numel() >= numel]
+        if fits:
+            return self.free.pop(min(fits, key=lambda i: self.free[i].numel()))
+        return torch.zeros(numel + numel // 4, dtype=dtype, device=device)  # room to grow
+
+    def give(self, buffers: Iterable[Any]) -> None:
+        """Take back buffers no cache in use refers to; keep the largest up to ``max_bytes``."""
+        free = {id(b): b for b in (*self.free, *buffers)}
+        self.free, kept = [], 0
+        for b in sorted(free.values(), key=lambda b: -b.numel()):
+            if kept + b.numel() * b.element_size() <= self.max_bytes:
+                self.free.append(b)
+                kept += b.numel() * b.element_size()
 
 
 # --------------------------------------------------------------------------- the prefix store
@@ -295,6 +362,10 @@ class _PrefixStore:
 
     def add(self, ids: np.ndarray, cache: _Cache, row: int) -> None:
         self.entries.append(_Entry(ids, cache, row))
+
+    def buffers(self) -> list[Any]:
+        """The cache buffers the entries hold (for the pool, once the store is dropped)."""
+        return list({id(e.cache.flat): e.cache.flat for e in self.entries}.values())
 
     def freeze(self) -> None:
         """Index the entries (call once, after the last ``add``)."""
@@ -391,7 +462,8 @@ class LeanPolicy(HFPolicy):
         generator = self._start(prompts, params)
         version = weights_version(self.model)
         if self._net is None or self._store is None or self._store.version != version:
-            self._net, self._store = _Net(self.model), _PrefixStore(version)
+            self._net = _Net(self.model, self.prefix_cache_bytes)
+            self._store = _PrefixStore(version)
         store = _PrefixStore(version)
         per_chunk = max(1, self.batch_size // params.n)
         rows: list[_Row] = []
@@ -406,6 +478,7 @@ class LeanPolicy(HFPolicy):
                     slots = max(map(len, chunk)) + params.max_new_tokens
                     kept += len(chunk) * params.n * slots * self._net.token_bytes
         store.freeze()
+        self._net.pool.give(self._store.buffers())  # the previous call's rows: read, done with
         self._store = store if self.prefix_cache else _PrefixStore(version)
         return self._completions(rows)
 
@@ -421,13 +494,10 @@ class LeanPolicy(HFPolicy):
         for u, prompt in enumerate(prompts):
             entry = self._store.longest_prefix(np.asarray(prompt, dtype=np.int64))
             start = 0 if entry is None else min(len(entry.ids), len(prompt) - 1)
-            if start:
-                pairs = zip((*cache.k, *cache.v), (*entry.cache.k, *entry.cache.v), strict=True)
-                for dst, src in pairs:
-                    dst[u, :, :start] = src[entry.row, :, :start]
+            if start:  # every layer's keys and values in one copy
+                cache.kv[:, :, u, :, :start] = entry.cache.kv[:, :, entry.row, :, :start]
             starts.append(start)
         self.reused_tokens += sum(starts)
-        self.prefilled_tokens += sum(len(p) for p in prompts) - sum(starts)
         return starts
 
     def _lean_prefill(self, prompts: list[tuple[int, ...]], capacity: int) -> tuple[_Cache, Any]:
@@ -436,6 +506,7 @@ class LeanPolicy(HFPolicy):
         assert net is not None
         cache = net.new_cache(len(prompts), capacity)
         starts = self._reuse(prompts, cache)
+        self.prefilled_tokens += sum(len(p) for p in prompts) - sum(starts)
         logits = torch.empty((len(prompts), net.lm_head.shape[0]), device=net.device)
         new_lengths = [len(p) - s for p, s in zip(prompts, starts, strict=True)]
         for group in prefill_groups(new_lengths, PREFILL_SCORES // (net.heads * capacity)):
@@ -487,15 +558,16 @@ class LeanPolicy(HFPolicy):
         capacity = max(map(len, row_prompts)) + params.max_new_tokens
         cache, logits = self._lean_prefill(list(unique), capacity)
         if row_unique != list(range(len(unique))):
-            index = torch.tensor(row_unique, device=net.device)
-            cache, logits = cache.select(index), logits[index]
+            expanded = net.select(cache, row_unique, max(map(len, unique)))
+            net.pool.give([cache.flat])  # no row retires into the prefill's own cache
+            cache, logits = expanded, logits[torch.tensor(row_unique, device=net.device)]
         may_stop = self._may_stop(tuple(params.stop)) if params.stop else None
         rows = [_Row([], []) for _ in row_prompts]
         live = list(range(len(rows)))  # rows still decoding, in order
         slot = list(range(len(rows)))  # their cache rows
         filled = torch.tensor([len(p) for p in row_prompts])  # tokens in each cache row
         for step in range(params.max_new_tokens):
-            everyone = len(live) == cache.k[0].shape[0]
+            everyone = len(live) == cache.rows
             picked = logits if everyone else logits[torch.tensor(slot)]
             own = live_generators(generator, live)
             tokens, logprobs = sample_next(picked, params, own)  # (B,), (B,)
@@ -513,10 +585,13 @@ class LeanPolicy(HFPolicy):
             if not keep or step == params.max_new_tokens - 1:
                 break
             live, slot, tokens = [live[b] for b in keep], [slot[b] for b in keep], tokens[keep]
-            if 2 * len(live) <= cache.k[0].shape[0]:  # compact: drop the finished rows' slots
-                index = torch.tensor(slot)
-                cache, filled, slot = cache.select(index), filled[index], list(range(len(live)))
-            ids = torch.full((cache.k[0].shape[0], 1), self.pad_token_id, dtype=torch.long)
+            if 2 * len(live) <= cache.rows:  # compact: drop the finished rows' slots
+                filled = filled[torch.tensor(slot)]
+                compact = net.select(cache, slot, int(filled.max()))
+                if store is None:  # else the finished rows' entries still read the old cache
+                    net.pool.give([cache.flat])
+                cache, slot = compact, list(range(len(live)))
+            ids = torch.full((cache.rows, 1), self.pad_token_id, dtype=torch.long)
             where = torch.tensor(slot)
             ids[where, 0] = tokens
             # finished rows still in the cache write at their first free slot: no harm done
@@ -527,6 +602,8 @@ class LeanPolicy(HFPolicy):
             rows[r].finish_reason = rows[r].finish_reason or "length"
             if rows[r].finish_reason == "length":
                 self._retire(store, cache, slot[b], row_prompts[r], rows[r], filled)
+        if store is None:
+            net.pool.give([cache.flat])
         return rows
 
     def _append_row(

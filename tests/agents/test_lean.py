@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from passkt.agents.hf import HFPolicy
-from passkt.agents.lean import LeanPolicy, _PrefixStore, prefill_groups
+from passkt.agents.lean import LeanPolicy, _Pool, _PrefixStore, _runs, prefill_groups
 from passkt.agents.policy import SamplingParams
 from passkt.study.testbed.model import build_model
 
@@ -226,3 +226,32 @@ def test_prefix_store_finds_prefixes_whatever_the_lengths_seen_before():
     store.freeze()
     assert store.longest_prefix(np.arange(40)).row == 0
     assert store.longest_prefix(np.arange(100, 400)).row == 1
+
+
+def test_runs_split_an_index_into_repeats_and_ranges():
+    assert _runs([0, 0, 0, 1, 1, 1]) == [(0, 3, 0), (3, 6, 1)]
+    assert _runs([0, 1, 2, 5, 6, 9]) == [(0, 3, 0), (3, 5, 5), (5, 6, 9)]
+    assert _runs([0, 1, 1, 3]) == [(0, 2, 0), (2, 3, 1), (3, 4, 3)]
+    assert _runs([4]) == [(0, 1, 4)] and _runs([]) == []
+
+
+def test_stale_values_in_a_reused_cache_buffer_change_nothing(loud_model, testbed_tokenizer):
+    """Cache buffers come back from the pool holding the values of earlier calls (not zeros);
+    every slot a row has not written is masked, so outputs are bit for bit those of fresh,
+    zeroed buffers. The pool keeps the largest free buffers up to its byte cap."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=4, n=3)
+    prompts = _prompts(testbed_tokenizer, 5)
+    fresh = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=8)
+    expected = fresh.generate_ids(prompts, params)
+    stale = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=8)
+    stale.generate_ids(prompts[:1], params)  # builds the net and its pool
+    junk = [torch.randn(2**20) * 1e4 for _ in range(3)]  # large but finite
+    stale._net.pool.give(junk)
+    got = stale.generate_ids(prompts, params)
+    for a, b in zip(expected, got, strict=True):
+        assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+    pool = _Pool(max_bytes=3 * 4 * 100)
+    pool.give([torch.zeros(100), torch.zeros(50), torch.zeros(200), torch.zeros(100)])
+    assert sorted(b.numel() for b in pool.free) == [100, 200]  # the largest within 1,200 bytes
+    assert pool.take(90, torch.float32, "cpu").numel() == 100  # the smallest that fits
+    assert pool.take(500, torch.float32, "cpu").numel() >= 500  # none fits: a new one
