@@ -8,7 +8,10 @@ that do not depend on the model's size (measured in ``benchmarks/testbed_speed.p
    re-reads about 800 tokens at its last turn. ``LeanPolicy`` keeps the KV cache of every row of
    its previous call and, when a new prompt extends one of those rows (the next turn of the same
    episode, or a budget branch forked from it), prefills only the new tokens. Identical prompts in
-   one call (the n samples of a task at the first turn) are prefilled once.
+   one call (the n samples of a task at the first turn) are prefilled once, and a prompt that
+   shares a longer prefix with another prompt of the call than with the previous call (a budget
+   branch and its main episode read the same search results; only the branch's ends with the
+   final notice) copies that part from the other's row once it is prefilled.
 2. *A growing cache and a dense padding mask.* ``DynamicCache`` concatenates every step and
    attention builds a ``(B, 1, L, L)`` float mask; here each chunk gets one preallocated cache, rows
    keep their own positions (no left padding) and the mask is a boolean ``key <= position``.
@@ -412,6 +415,44 @@ def prefill_groups(new_lengths: Sequence[int], budget: int) -> list[list[int]]:
     return groups
 
 
+SHARED_PREFIX_TOKENS = 16
+"""Least number of tokens, past what the store gives, that a prompt copies from another prompt of
+the same call (below it, prefilling them costs about as much as waiting for the other)."""
+
+
+def _common_length(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
+
+
+def shared_prefixes(
+    prompts: Sequence[Sequence[int]], starts: Sequence[int], least: int = SHARED_PREFIX_TOKENS
+) -> dict[int, tuple[int, int]]:
+    """Prompts that copy a prefix from another prompt of the call: ``{u: (leader, length)}``.
+
+    The prompts are sorted; each run of neighbours that share more than ``least`` tokens past
+    their own ``starts`` follows the run's first prompt (a leader, which follows none), for the
+    prefix all of them share with it. At least the follower's last token is left to prefill.
+    """
+    arrays = [np.asarray(p, dtype=np.int64) for p in prompts]
+    followers: dict[int, tuple[int, int]] = {}
+    leader, common = -1, 0
+    previous = -1
+    for u in sorted(range(len(prompts)), key=lambda u: tuple(prompts[u])):
+        if leader >= 0:
+            adjacent = _common_length(arrays[previous], arrays[u])
+            common = adjacent if previous == leader else min(common, adjacent)
+            length = min(common, len(prompts[u]) - 1)
+            if length >= starts[u] + least:
+                followers[u] = (leader, length)
+                previous = u
+                continue
+        leader, previous = u, u
+    return followers
+
+
 # --------------------------------------------------------------------------- the policy
 
 
@@ -451,6 +492,8 @@ class LeanPolicy(HFPolicy):
         """Prompt tokens taken from the prefix cache instead of being prefilled (a counter)."""
         self.prefilled_tokens = 0
         """Prompt tokens run through the model (a counter)."""
+        self.shared_tokens = 0
+        """Prompt tokens copied from another prompt of the same call (a counter)."""
 
     def generate_ids(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
@@ -501,28 +544,59 @@ class LeanPolicy(HFPolicy):
         return starts
 
     def _lean_prefill(self, prompts: list[tuple[int, ...]], capacity: int) -> tuple[_Cache, Any]:
-        """Fill a cache with ``prompts`` (reusing stored prefixes); return it and the logits."""
+        """Fill a cache with ``prompts`` (reusing stored prefixes); return it and the logits.
+
+        Prompts that share a longer prefix with another prompt of the call than with the store
+        (a budget branch and its main episode share the search results before the final notice)
+        are prefilled after it and copy the shared part from its row.
+        """
         torch, net = self._torch, self._net
         assert net is not None
         cache = net.new_cache(len(prompts), capacity)
         starts = self._reuse(prompts, cache)
-        self.prefilled_tokens += sum(len(p) for p in prompts) - sum(starts)
         logits = torch.empty((len(prompts), net.lm_head.shape[0]), device=net.device)
-        new_lengths = [len(p) - s for p, s in zip(prompts, starts, strict=True)]
-        for group in prefill_groups(new_lengths, PREFILL_SCORES // (net.heads * capacity)):
+        followers = shared_prefixes(prompts, starts)
+        self._prefill_rows(
+            prompts, starts, [u for u in range(len(prompts)) if u not in followers], cache, logits
+        )
+        for u, (leader, length) in followers.items():
+            cache.kv[:, :, u, :, starts[u] : length] = cache.kv[:, :, leader, :, starts[u] : length]
+            self.shared_tokens += length - starts[u]
+            starts[u] = length
+        self._prefill_rows(prompts, starts, list(followers), cache, logits)
+        return cache, logits
+
+    def _prefill_rows(
+        self,
+        prompts: list[tuple[int, ...]],
+        starts: list[int],
+        which: list[int],
+        cache: _Cache,
+        logits: Any,
+    ) -> None:
+        """Run prompts ``which`` from their ``starts`` into their cache rows; set their logits."""
+        torch, net = self._torch, self._net
+        assert net is not None
+        new_lengths = [len(prompts[u]) - starts[u] for u in which]
+        self.prefilled_tokens += sum(new_lengths)
+        budget = PREFILL_SCORES // (net.heads * cache.capacity)
+        for group in prefill_groups(new_lengths, budget):
+            rows = [which[g] for g in group]
             width = new_lengths[group[0]]
-            ids = torch.full((len(group), width), self.pad_token_id, dtype=torch.long)
-            positions = torch.empty((len(group), width), dtype=torch.long)
-            for g, u in enumerate(group):
-                ids[g, : new_lengths[u]] = torch.tensor(prompts[u][starts[u] :], dtype=torch.long)
+            ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+            positions = torch.empty((len(rows), width), dtype=torch.long)
+            for g, u in enumerate(rows):
+                ids[g, : len(prompts[u]) - starts[u]] = torch.tensor(
+                    prompts[u][starts[u] :], dtype=torch.long
+                )
                 # padding past a row's end writes junk into slots that decoding overwrites
                 # before reading them; clamped so it stays inside the cache
-                positions[g] = torch.arange(starts[u], starts[u] + width).clamp(max=capacity - 1)
-            index = torch.tensor(group, device=net.device)
+                end = starts[u] + width
+                positions[g] = torch.arange(starts[u], end).clamp(max=cache.capacity - 1)
+            index = torch.tensor(rows, device=net.device)
             hidden = net.forward(ids.to(net.device), positions.to(net.device), cache, index)
-            last = torch.tensor([new_lengths[u] - 1 for u in group])
-            logits[index] = net.logits(hidden[torch.arange(len(group)), last])
-        return cache, logits
+            last = torch.tensor([new_lengths[g] - 1 for g in group])
+            logits[index] = net.logits(hidden[torch.arange(len(rows)), last])
 
     def _may_stop(self, stops: tuple[str, ...]) -> Any:
         """``(V,)`` bool: tokens whose text contains the last character of a stop string.

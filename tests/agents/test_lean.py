@@ -14,7 +14,14 @@ import pytest
 import torch
 
 from passkt.agents.hf import HFPolicy
-from passkt.agents.lean import LeanPolicy, _Pool, _PrefixStore, _runs, prefill_groups
+from passkt.agents.lean import (
+    LeanPolicy,
+    _Pool,
+    _PrefixStore,
+    _runs,
+    prefill_groups,
+    shared_prefixes,
+)
 from passkt.agents.policy import SamplingParams
 from passkt.study.testbed.model import build_model
 
@@ -255,3 +262,40 @@ def test_stale_values_in_a_reused_cache_buffer_change_nothing(loud_model, testbe
     assert sorted(b.numel() for b in pool.free) == [100, 200]  # the largest within 1,200 bytes
     assert pool.take(90, torch.float32, "cpu").numel() == 100  # the smallest that fits
     assert pool.take(500, torch.float32, "cpu").numel() >= 500  # none fits: a new one
+
+
+def test_shared_prefixes_follow_the_first_of_each_sorted_run():
+    prompts = [
+        [1, 2, 3, 4, 5, 6, 7, 8, 9],  # a main episode
+        [9, 9, 9],
+        [1, 2, 3, 4, 5, 6, 7, 0, 0, 0],  # its branch: shares 7 tokens
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 1],  # another, sharing the whole main prompt
+        [1, 2, 3, 4, 5, 6, 7, 8],  # shares all but its last token, which is left to prefill
+    ]
+    starts = [2, 0, 2, 2, 2]
+    assert shared_prefixes(prompts, starts, least=3) == {0: (2, 7), 3: (2, 7), 4: (2, 7)}
+    # the branch's 7 shared tokens are not 3 past its store prefix of 5: the next prompt of the
+    # run leads instead, for the 8 tokens it shares with the main episode and its extension
+    assert shared_prefixes(prompts, [2, 0, 5, 5, 5], least=3) == {0: (4, 8), 3: (4, 8)}
+    assert shared_prefixes(prompts[:1] + prompts[3:4], [0, 0], least=3) == {1: (0, 9)}
+
+
+def test_prompts_sharing_a_prefix_in_one_call_prefill_it_once(loud_model, testbed_tokenizer):
+    """A main episode and its branch (the same observation, then the final notice on the
+    branch alone) copy their shared part; completions are still HFPolicy's."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=2)
+    prompts = _prompts(testbed_tokenizer, 3)
+    lean = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=6)
+    first = lean.generate_ids(prompts, params)
+    observation = testbed_tokenizer(
+        "<|im_end|>\n<|im_start|>user\n<information>Doc 1 (Title: Fanima) Fanima is a quiet "
+        "city in Rossava. It was founded in 1898 by Gafa Radu.</information>"
+    )["input_ids"]
+    notice = testbed_tokenizer(" You have no tool calls left.")["input_ids"]
+    mains = [p + list(c.token_ids) + observation for p, c in zip(prompts, first, strict=True)]
+    branches = [m + notice for m in mains]
+    extended = [x for pair in zip(mains, branches, strict=True) for x in pair]
+    got = lean.generate_ids(extended, params)
+    assert lean.shared_tokens >= 3 * (len(observation) - 1)
+    hf = HFPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=6)
+    _assert_same(hf.generate_ids(extended, params), got)
