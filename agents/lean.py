@@ -182,6 +182,13 @@ class _Net:
             )
             for layer in inner.layers
         ]
+        weights = (
+            w for layer in self.layers for w in (layer.qkv, layer.out, layer.gate_up, layer.down)
+        )
+        self.token_macs = sum(w[0].numel() for w in weights)
+        """Multiply-adds of the linear layers per token."""
+        self.key_macs = 2 * len(self.layers) * self.heads * self.head_dim
+        """Multiply-adds of attention per token and key (scores and values)."""
 
     def _extend(self, length: int) -> None:
         """RoPE tables (as transformers computes them) and key indices for ``length`` positions."""
@@ -213,12 +220,13 @@ class _Net:
             new.kv[:, :, start:stop, :, :upto] = block
         return new
 
-    def forward(self, ids: Any, positions: Any, cache: _Cache, rows: Any = None) -> Any:
+    def forward(self, ids: Any, positions: Any, cache: _Cache, first: int = 0) -> Any:
         """Hidden states ``(B, S, d)`` of ``ids`` at ``positions``; their K/V go into ``cache``.
 
-        Batch row b is cache row ``rows[b]`` (default: b; then the cache has exactly B rows). It
-        attends to its cache slots ``0..positions[b, s]``: slots before the new tokens must hold
-        that row's earlier tokens (a prefill or a reused prefix).
+        Batch row b is cache row ``first + b`` (rows of a cache are laid out so that the rows of
+        one forward pass are contiguous: their keys and values are read as a view, not gathered).
+        It attends to its cache slots ``0..positions[b, s]``: slots before the new tokens must
+        hold that row's earlier tokens (a prefill or a reused prefix).
         """
         import torch  # optional: the hf extra (torch, transformers)
         import torch.nn.functional as F  # optional: the hf extra (torch, transformers)
@@ -234,7 +242,7 @@ class _Net:
             visible = self.key_index[:keys][None, None, None, :] <= positions[:, None, :, None]
             mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
             mask.masked_fill_(~visible, float("-inf"))  # (B, 1, S, keys), once for all layers
-        slots = (torch.arange(B, device=self.device) if rows is None else rows)[:, None]  # (B, 1)
+        slots = torch.arange(first, first + B, device=self.device)[:, None]  # (B, 1)
         h = F.embedding(ids, self.embed)  # (B, S, d)
         for layer, k_cache, v_cache in zip(self.layers, cache.k, cache.v, strict=True):
             qkv = F.linear(_rms(h, layer.ln1, self.eps), *layer.qkv)  # (B, S, (H + 2G) D)
@@ -242,10 +250,8 @@ class _Net:
             q = qk[:, :, :H].transpose(1, 2)  # (B, H, S, D)
             k_cache[slots, :, positions] = qk[:, :, H:]  # slots (B, S) <- (B, S, G, D)
             v_cache[slots, :, positions] = qkv[..., (H + G) * D :].view(B, S, G, D)
-            if rows is None:
-                k_all, v_all = k_cache[:, :, :keys], v_cache[:, :, :keys]  # (B, G, keys, D)
-            else:
-                k_all, v_all = k_cache[rows, :, :keys], v_cache[rows, :, :keys]
+            k_all = k_cache[first : first + B, :, :keys]  # (B, G, keys, D), a view
+            v_all = v_cache[first : first + B, :, :keys]
             attended = _attention(q, k_all, v_all, mask)  # (B, H, S, D)
             h = h + F.linear(attended.transpose(1, 2).reshape(B, S, H * D), *layer.out)
             gate, up = F.linear(_rms(h, layer.ln2, self.eps), *layer.gate_up).chunk(2, dim=-1)
@@ -393,26 +399,55 @@ class _PrefixStore:
         return None
 
 
-def prefill_groups(new_lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Rows to prefill together: longest first, at most ``budget`` padded tokens per group, and
-    no row shorter than half the group's longest (so padding wastes at most half a group).
+GROUP_MACS = 3 * 10**7
+"""What one more prefill forward pass costs beyond its arithmetic, in multiply-adds: about a
+millisecond of a CPU core (Python and the small per-layer ops)."""
+
+
+def prefill_groups(
+    new_lengths: Sequence[int],
+    ends: Sequence[int],
+    budget: int,
+    token_macs: float,
+    key_macs: float,
+    group_macs: float = GROUP_MACS,
+) -> list[list[int]]:
+    """Rows to prefill together: runs of the rows sorted by new tokens (longest first; ties by
+    prompt length) that minimise the padded work, at most ``budget`` padded tokens per group.
+
+    A group of ``r`` rows pads each to its longest new part ``S`` and attends to as many keys as
+    its longest prompt ``K``: it costs ``r * S * (token_macs + key_macs * K) + group_macs``.
+
+    Args:
+        new_lengths: Tokens each row prefills.
+        ends: Each row's prompt length (the keys its last token attends to).
+        budget: Most padded tokens (rows x ``S``) of a group (a single row may exceed it).
+        token_macs: Multiply-adds per token outside attention.
+        key_macs: Multiply-adds of attention per token and key.
+        group_macs: The fixed cost of one more group.
 
     Returns:
-        Groups of row indices; each group's first row is its longest.
+        Groups of row indices, in the sorted order; each group's first row is its longest.
     """
-    order = sorted(range(len(new_lengths)), key=lambda u: -new_lengths[u])
-    groups: list[list[int]] = []
-    for u in order:
-        group = groups[-1] if groups else None
-        if (
-            group is None
-            or (len(group) + 1) * new_lengths[group[0]] > budget
-            or 2 * new_lengths[u] < new_lengths[group[0]]
-        ):
-            groups.append([u])
-        else:
-            group.append(u)
-    return groups
+    order = sorted(range(len(new_lengths)), key=lambda u: (-new_lengths[u], -ends[u]))
+    count = len(order)
+    new = np.array([new_lengths[u] for u in order], dtype=np.float64)
+    end = np.array([ends[u] for u in order], dtype=np.float64)
+    best = np.zeros(count + 1)
+    cut = np.zeros(count + 1, dtype=np.int64)
+    for j in range(1, count + 1):  # best[j]: the cheapest grouping of the first j rows
+        first = np.arange(j)  # candidate first rows i of the last group i..j-1
+        rows = j - first
+        keys = np.maximum.accumulate(end[j - 1 :: -1])[::-1]  # longest prompt of i..j-1
+        cost = best[:j] + rows * new[:j] * (token_macs + key_macs * keys) + group_macs
+        cost[(rows * new[:j] > budget) & (rows > 1)] = np.inf
+        cut[j] = int(np.argmin(cost))
+        best[j] = cost[cut[j]]
+    groups, j = [], count
+    while j:
+        groups.append(order[cut[j] : j])
+        j = int(cut[j])
+    return groups[::-1]
 
 
 SHARED_PREFIX_TOKENS = 16
@@ -527,76 +562,100 @@ class LeanPolicy(HFPolicy):
 
     # ------------------------------------------------------------------ internals
 
-    def _reuse(self, prompts: list[tuple[int, ...]], cache: _Cache) -> list[int]:
-        """Copy each prompt's longest stored prefix into its cache row; return their lengths.
-
-        At least the prompt's last token is left to prefill (its logits start the decoding).
-        """
-        assert self._store is not None
-        starts = []
-        for u, prompt in enumerate(prompts):
-            entry = self._store.longest_prefix(np.asarray(prompt, dtype=np.int64))
-            start = 0 if entry is None else min(len(entry.ids), len(prompt) - 1)
-            if start:  # every layer's keys and values in one copy
-                cache.kv[:, :, u, :, :start] = entry.cache.kv[:, :, entry.row, :, :start]
-            starts.append(start)
-        self.reused_tokens += sum(starts)
-        return starts
-
-    def _lean_prefill(self, prompts: list[tuple[int, ...]], capacity: int) -> tuple[_Cache, Any]:
-        """Fill a cache with ``prompts`` (reusing stored prefixes); return it and the logits.
+    def _lean_prefill(
+        self, prompts: list[tuple[int, ...]], capacity: int
+    ) -> tuple[_Cache, Any, list[int]]:
+        """Fill a cache with ``prompts`` (reusing stored prefixes).
 
         Prompts that share a longer prefix with another prompt of the call than with the store
         (a budget branch and its main episode share the search results before the final notice)
-        are prefilled after it and copy the shared part from its row.
+        are prefilled after it and copy the shared part from its row. The cache's rows are laid
+        out group by group (``prefill_groups``), so that each forward pass reads a contiguous
+        range of them.
+
+        Returns:
+            The cache, the next-token logits of its rows, and each prompt's cache row.
         """
-        torch, net = self._torch, self._net
-        assert net is not None
-        cache = net.new_cache(len(prompts), capacity)
-        starts = self._reuse(prompts, cache)
-        logits = torch.empty((len(prompts), net.lm_head.shape[0]), device=net.device)
+        torch, net, store = self._torch, self._net, self._store
+        assert net is not None and store is not None
+        arrays = [np.asarray(p, dtype=np.int64) for p in prompts]
+        entries = [store.longest_prefix(a) for a in arrays]
+        # at least the prompt's last token is left to prefill (its logits start the decoding)
+        starts = [
+            0 if e is None else min(len(e.ids), len(p) - 1)
+            for e, p in zip(entries, prompts, strict=True)
+        ]
         followers = shared_prefixes(prompts, starts)
-        self._prefill_rows(
-            prompts, starts, [u for u in range(len(prompts)) if u not in followers], cache, logits
-        )
-        for u, (leader, length) in followers.items():
-            cache.kv[:, :, u, :, starts[u] : length] = cache.kv[:, :, leader, :, starts[u] : length]
-            self.shared_tokens += length - starts[u]
-            starts[u] = length
-        self._prefill_rows(prompts, starts, list(followers), cache, logits)
-        return cache, logits
+        shared = {u: length for u, (_, length) in followers.items()}
+        waves = [[u for u in range(len(prompts)) if u not in followers], list(followers)]
+        budget = PREFILL_SCORES // (net.heads * capacity)
+        planned = [
+            prefill_groups(
+                [len(prompts[u]) - shared.get(u, starts[u]) for u in wave],
+                [len(prompts[u]) for u in wave],
+                budget,
+                net.token_macs,
+                net.key_macs,
+            )
+            for wave in waves
+        ]
+        layout = [
+            wave[g]
+            for wave, groups in zip(waves, planned, strict=True)
+            for group in groups
+            for g in group
+        ]
+        row_of = [0] * len(prompts)
+        for c, u in enumerate(layout):
+            row_of[u] = c
+        cache = net.new_cache(len(prompts), capacity)
+        for u, entry in enumerate(entries):
+            if starts[u]:  # every layer's keys and values in one copy
+                cache.kv[:, :, row_of[u], :, : starts[u]] = entry.cache.kv[
+                    :, :, entry.row, :, : starts[u]
+                ]
+        self.reused_tokens += sum(starts)
+        logits = torch.empty((len(prompts), net.lm_head.shape[0]), device=net.device)
+        first = 0
+        for wave, groups in zip(waves, planned, strict=True):
+            for u in wave:
+                if u in followers:  # the leader is in the wave before: filled
+                    leader, s, length = row_of[followers[u][0]], starts[u], shared[u]
+                    cache.kv[:, :, row_of[u], :, s:length] = cache.kv[:, :, leader, :, s:length]
+                    self.shared_tokens += length - s
+                    starts[u] = length
+            for group in groups:
+                rows = [wave[g] for g in group]
+                self._prefill_rows(
+                    [prompts[u] for u in rows], [starts[u] for u in rows], cache, first, logits
+                )
+                first += len(rows)
+        return cache, logits, row_of
 
     def _prefill_rows(
         self,
         prompts: list[tuple[int, ...]],
         starts: list[int],
-        which: list[int],
         cache: _Cache,
+        first: int,
         logits: Any,
     ) -> None:
-        """Run prompts ``which`` from their ``starts`` into their cache rows; set their logits."""
+        """Run ``prompts`` from their ``starts`` into cache rows ``first...``; set their logits."""
         torch, net = self._torch, self._net
         assert net is not None
-        new_lengths = [len(prompts[u]) - starts[u] for u in which]
+        new_lengths = [len(p) - s for p, s in zip(prompts, starts, strict=True)]
         self.prefilled_tokens += sum(new_lengths)
-        budget = PREFILL_SCORES // (net.heads * cache.capacity)
-        for group in prefill_groups(new_lengths, budget):
-            rows = [which[g] for g in group]
-            width = new_lengths[group[0]]
-            ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-            positions = torch.empty((len(rows), width), dtype=torch.long)
-            for g, u in enumerate(rows):
-                ids[g, : len(prompts[u]) - starts[u]] = torch.tensor(
-                    prompts[u][starts[u] :], dtype=torch.long
-                )
-                # padding past a row's end writes junk into slots that decoding overwrites
-                # before reading them; clamped so it stays inside the cache
-                end = starts[u] + width
-                positions[g] = torch.arange(starts[u], end).clamp(max=cache.capacity - 1)
-            index = torch.tensor(rows, device=net.device)
-            hidden = net.forward(ids.to(net.device), positions.to(net.device), cache, index)
-            last = torch.tensor([new_lengths[g] - 1 for g in group])
-            logits[index] = net.logits(hidden[torch.arange(len(rows)), last])
+        width = max(new_lengths)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        positions = torch.empty((len(prompts), width), dtype=torch.long)
+        for g, (prompt, start) in enumerate(zip(prompts, starts, strict=True)):
+            ids[g, : len(prompt) - start] = torch.tensor(prompt[start:], dtype=torch.long)
+            # padding past a row's end writes junk into slots that decoding overwrites before
+            # reading them; clamped so it stays inside the cache
+            positions[g] = torch.arange(start, start + width).clamp(max=cache.capacity - 1)
+        hidden = net.forward(ids.to(net.device), positions.to(net.device), cache, first)
+        last = torch.tensor([n - 1 for n in new_lengths])
+        logits[first : first + len(prompts)] = net.logits(hidden[torch.arange(len(prompts)), last])
 
     def _may_stop(self, stops: tuple[str, ...]) -> Any:
         """``(V,)`` bool: tokens whose text contains the last character of a stop string.
@@ -630,11 +689,12 @@ class LeanPolicy(HFPolicy):
         unique: dict[tuple[int, ...], int] = {}
         row_unique = [unique.setdefault(tuple(p), len(unique)) for p in row_prompts]
         capacity = max(map(len, row_prompts)) + params.max_new_tokens
-        cache, logits = self._lean_prefill(list(unique), capacity)
-        if row_unique != list(range(len(unique))):
-            expanded = net.select(cache, row_unique, max(map(len, unique)))
+        cache, logits, row_of = self._lean_prefill(list(unique), capacity)
+        source = [row_of[u] for u in row_unique]  # each row's cache row in the prefill
+        if source != list(range(cache.rows)):
+            expanded = net.select(cache, source, max(map(len, unique)))
             net.pool.give([cache.flat])  # no row retires into the prefill's own cache
-            cache, logits = expanded, logits[torch.tensor(row_unique, device=net.device)]
+            cache, logits = expanded, logits[torch.tensor(source, device=net.device)]
         may_stop = self._may_stop(tuple(params.stop)) if params.stop else None
         rows = [_Row([], []) for _ in row_prompts]
         live = list(range(len(rows)))  # rows still decoding, in order

@@ -155,11 +155,22 @@ def test_other_architectures_fall_back_to_hfpolicy(testbed_tokenizer):
     _assert_same(hf.generate_ids(prompts, params), lean.generate_ids(prompts, params))
 
 
-def test_prefill_groups_bound_padding_and_size():
-    # longest first; a row shorter than half the group's longest starts a new group
-    assert prefill_groups([5, 100, 60, 40, 100, 1], budget=1000) == [[1, 4, 2], [3], [0], [5]]
-    # the budget caps rows x longest
-    assert prefill_groups([10] * 5, budget=25) == [[0, 1], [2, 3], [4]]
+def test_prefill_groups_trade_padding_against_passes():
+    def groups(new, ends, budget=10**6, group=0.0, key=0.0):
+        return prefill_groups(new, ends, budget, token_macs=1.0, key_macs=key, group_macs=group)
+
+    # free passes: no padding at all; longest first
+    assert groups([5, 100, 60, 100], [5, 100, 60, 100]) == [[1, 3], [2], [0]]
+    # a pass costs as much as 80 padded tokens: short rows ride along with long ones, unless
+    # that pads more than a pass costs
+    assert groups([5, 100, 60, 100, 1], [0] * 5, group=80) == [[1, 3, 2], [0, 4]]
+    # attention reads the longest prompt's keys for every row: ties go longest prompt first,
+    # and rows far apart in length are split unless a pass costs more than the waste
+    assert groups([10] * 4, [20, 1000, 30, 900], group=2000, key=1) == [[1, 3], [2, 0]]
+    assert groups([10] * 4, [20, 1000, 30, 900], group=5, key=1) == [[1], [3], [2], [0]]
+    # the budget caps rows x longest; one row may exceed it
+    assert groups([10] * 5, [10] * 5, budget=25, group=1) == [[0], [1, 2], [3, 4]]
+    assert groups([50], [50], budget=25) == [[0]]
 
 
 def test_prefix_store_finds_the_longest_true_prefix():
