@@ -19,6 +19,7 @@ from passkt.agents.lean import (
     _Pool,
     _PrefixStore,
     _runs,
+    decode_buckets,
     prefill_groups,
     shared_prefixes,
 )
@@ -310,3 +311,35 @@ def test_prompts_sharing_a_prefix_in_one_call_prefill_it_once(loud_model, testbe
     assert lean.shared_tokens >= 3 * (len(observation) - 1)
     hf = HFPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=6)
     _assert_same(hf.generate_ids(extended, params), got)
+
+
+def test_decode_buckets_split_rows_where_lengths_drop():
+    lengths = [600] * 16 + [300] * 16 + [290] * 16
+    # reading 600 keys for the 32 short rows costs more than one more range
+    assert decode_buckets(lengths, overhead=1000) == [(0, 16), (16, 48)]
+    assert decode_buckets(lengths, overhead=10**6) == [(0, 48)]
+    assert decode_buckets(lengths, overhead=0) == [(0, 16), (16, 32), (32, 48)]
+    assert decode_buckets([5, 4, 3], overhead=0, step=8) == [(0, 3)]  # cuts at multiples of 8
+    assert decode_buckets([], overhead=0) == []
+
+
+def test_decoding_in_buckets_gives_hfpolicys_completions(
+    loud_model, testbed_tokenizer, monkeypatch
+):
+    """With a free extra range, decoding attention splits the rows at every 8 whose lengths
+    differ; each range reads its own keys only, and the completions stay HFPolicy's."""
+    import passkt.agents.lean as lean_module
+
+    monkeypatch.setattr(lean_module, "BUCKET_BYTES_PER_LAYER", 0)
+    split = []
+    real = lean_module.decode_buckets
+    monkeypatch.setattr(
+        lean_module, "decode_buckets", lambda *a, **k: split.append(real(*a, **k)) or split[-1]
+    )
+    prompts = [p + [20] * (7 * i) for i, p in enumerate(_prompts(testbed_tokenizer, 9))]
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, n=2, seed=6)
+    lean = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=18)
+    got = lean.generate_ids(prompts, params)
+    assert len(split[0]) > 1  # the first step's rows were read in several ranges
+    hf = HFPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=18)
+    _assert_same(hf.generate_ids(prompts, params), got)
