@@ -53,10 +53,11 @@ logger = logging.getLogger(__name__)
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 PREFIX_CACHE_BYTES = 4 * 2**30
 """Default most bytes of KV cache ``LeanPolicy`` keeps between calls (``prefix_cache_bytes``)."""
-POOL_BYTES = 2**30
-"""Most bytes of free cache buffers kept for reuse (on a micro testbed model and a BridgeQA chunk
-of 4 tasks x n = 64, 1 GiB gave the speed of 4 GiB with 0.1 GB less peak memory; the pool raises
-peak memory from 2.3 to 3.7 GB there)."""
+POOL_BYTES = 2**31
+"""Most bytes of free cache buffers kept for reuse (on a micro testbed model and BridgeQA chunks
+of 4 tasks x n = 64, 2 GiB gave the speed and the peak memory of 4 GiB, 1 GiB about 4% more CPU;
+the pool, with its buffers a quarter larger than asked for, raises peak memory from 2.3 to
+3.8 GB there)."""
 PREFILL_SCORES = 2**24
 """Most attention scores (rows x heads x new tokens x keys) one prefill forward may hold."""
 
@@ -652,15 +653,20 @@ class LeanPolicy(HFPolicy):
             )
             for wave in waves
         ]
-        layout = [
-            wave[g]
-            for wave, groups in zip(waves, planned, strict=True)
-            for group in groups
-            for g in group
+        # groups of both waves, longest prompt first, and so their rows (decoding reads the rows
+        # in ranges of similar length, decode_buckets)
+        groups = [
+            sorted((wave[g] for g in group), key=lambda u: -len(prompts[u]))
+            for wave, wave_groups in zip(waves, planned, strict=True)
+            for group in wave_groups
         ]
+        firsts, first = {}, 0
+        for g in sorted(range(len(groups)), key=lambda g: -len(prompts[groups[g][0]])):
+            firsts[g], first = first, first + len(groups[g])
         row_of = [0] * len(prompts)
-        for c, u in enumerate(layout):
-            row_of[u] = c
+        for g, rows in enumerate(groups):
+            for i, u in enumerate(rows):
+                row_of[u] = firsts[g] + i
         cache = net.new_cache(len(prompts), capacity)
         for u, entry in enumerate(entries):
             if starts[u]:  # every layer's keys and values in one copy
@@ -669,20 +675,16 @@ class LeanPolicy(HFPolicy):
                 ]
         self.reused_tokens += sum(starts)
         logits = torch.empty((len(prompts), net.lm_head.shape[0]), device=net.device)
-        first = 0
-        for wave, groups in zip(waves, planned, strict=True):
-            for u in wave:
-                if u in followers:  # the leader is in the wave before: filled
+        for g, rows in enumerate(groups):  # the leaders' groups come first: in wave order
+            for u in rows:
+                if u in followers:  # its leader's group has run
                     leader, s, length = row_of[followers[u][0]], starts[u], shared[u]
                     cache.kv[:, :, row_of[u], :, s:length] = cache.kv[:, :, leader, :, s:length]
                     self.shared_tokens += length - s
                     starts[u] = length
-            for group in groups:
-                rows = [wave[g] for g in group]
-                self._prefill_rows(
-                    [prompts[u] for u in rows], [starts[u] for u in rows], cache, first, logits
-                )
-                first += len(rows)
+            self._prefill_rows(
+                [prompts[u] for u in rows], [starts[u] for u in rows], cache, firsts[g], logits
+            )
         return cache, logits, row_of
 
     def _prefill_rows(
@@ -745,9 +747,11 @@ class LeanPolicy(HFPolicy):
         cache, logits, row_of = self._lean_prefill(list(unique), capacity)
         # decoding lays the rows out longest prompt first, so that attention reads each bucket
         # of rows (decode_buckets) only as far as its own longest
-        order = sorted(range(len(row_prompts)), key=lambda r: -len(row_prompts[r]))
-        source = [row_of[row_unique[r]] for r in order]  # cache row c <- prefill row source[c]
-        if source != list(range(cache.rows)):
+        if len(unique) == len(row_prompts):  # the prefill's layout is already so
+            order = sorted(range(len(row_prompts)), key=lambda r: row_of[row_unique[r]])
+        else:  # the samples of a prompt: copies of its row
+            order = sorted(range(len(row_prompts)), key=lambda r: -len(row_prompts[r]))
+            source = [row_of[row_unique[r]] for r in order]  # cache row c <- prefill row
             expanded = net.select(cache, source, max(map(len, unique)))
             net.pool.give([cache.flat])  # no row retires into the prefill's own cache
             cache, logits = expanded, logits[torch.tensor(source, device=net.device)]
