@@ -17,7 +17,9 @@ that do not depend on the model's size (measured in ``benchmarks/testbed_speed.p
    keep their own positions (no left padding) and the mask is a boolean ``key <= position``.
    Cache buffers are pooled across calls: a fresh buffer of a few hundred MB is zeroed page by
    page on first touch, which cost a fifth of a BridgeQA chunk when every call and compaction
-   allocated one.
+   allocated one. Rows are laid out so that each prefill pass reads a contiguous range of them
+   (its groups chosen by their padded work, ``prefill_groups``) and decoding reads attention in
+   ranges of rows of similar length, each only as far as its own longest (``decode_buckets``).
 3. *Python per row and step.* Stop strings are matched on decoded text only for rows whose new
    token contains the last character of a stop string (the others cannot have completed one);
    finished rows stay in the batch until at most half are left, then the cache is compacted once.
@@ -506,7 +508,8 @@ def decode_buckets(lengths: Sequence[int], overhead: float, step: int = 8) -> li
 
 SHARED_PREFIX_TOKENS = 16
 """Least number of tokens, past what the store gives, that a prompt copies from another prompt of
-the same call (below it, prefilling them costs about as much as waiting for the other)."""
+the same call (a copy of fewer would split the prompt's prefill off into a later pass for little
+saved work)."""
 
 
 def _common_length(a: np.ndarray, b: np.ndarray) -> int:
