@@ -8,10 +8,18 @@ that do not depend on the model's size (measured in ``benchmarks/testbed_speed.p
    re-reads about 800 tokens at its last turn. ``LeanPolicy`` keeps the KV cache of every row of
    its previous call and, when a new prompt extends one of those rows (the next turn of the same
    episode, or a budget branch forked from it), prefills only the new tokens. Identical prompts in
-   one call (the n samples of a task at the first turn) are prefilled once.
+   one call (the n samples of a task at the first turn) are prefilled once, and a prompt that
+   shares a longer prefix with another prompt of the call than with the previous call (a budget
+   branch and its main episode read the same search results; only the branch's ends with the
+   final notice) copies that part from the other's row once it is prefilled.
 2. *A growing cache and a dense padding mask.* ``DynamicCache`` concatenates every step and
    attention builds a ``(B, 1, L, L)`` float mask; here each chunk gets one preallocated cache, rows
    keep their own positions (no left padding) and the mask is a boolean ``key <= position``.
+   Cache buffers are pooled across calls: a fresh buffer of a few hundred MB is zeroed page by
+   page on first touch, which cost a fifth of a BridgeQA chunk when every call and compaction
+   allocated one. Rows are laid out so that each prefill pass reads a contiguous range of them
+   (its groups chosen by their padded work, ``prefill_groups``) and decoding reads attention in
+   ranges of rows of similar length, each only as far as its own longest (``decode_buckets``).
 3. *Python per row and step.* Stop strings are matched on decoded text only for rows whose new
    token contains the last character of a stop string (the others cannot have completed one);
    finished rows stay in the batch until at most half are left, then the cache is compacted once.
@@ -31,7 +39,8 @@ update the model between calls.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +55,11 @@ logger = logging.getLogger(__name__)
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 PREFIX_CACHE_BYTES = 4 * 2**30
 """Default most bytes of KV cache ``LeanPolicy`` keeps between calls (``prefix_cache_bytes``)."""
+POOL_BYTES = 2**31
+"""Most bytes of free cache buffers kept for reuse (on a micro testbed model and BridgeQA chunks
+of 4 tasks x n = 64, 2 GiB gave the speed and the peak memory of 4 GiB, 1 GiB about 4% more CPU;
+the pool, with its buffers a quarter larger than asked for, raises peak memory from 2.3 to
+3.8 GB there)."""
 PREFILL_SCORES = 2**24
 """Most attention scores (rows x heads x new tokens x keys) one prefill forward may hold."""
 
@@ -143,8 +157,7 @@ class _Layer:
 class _Net:
     """A model's weights laid out for a lean forward pass over a preallocated KV cache."""
 
-    def __init__(self, model: Any) -> None:
-
+    def __init__(self, model: Any, pool_bytes: int | None = None) -> None:
         config, inner = model.config, model.model
         attention = inner.layers[0].self_attn
         self.heads = config.num_attention_heads
@@ -163,6 +176,8 @@ class _Net:
         self.inv_freq = rotary.inv_freq.float()
         self.rope_scale = getattr(rotary, "attention_scaling", 1.0)
         self._extend(config.max_position_embeddings)
+        self.pool = _Pool(POOL_BYTES if pool_bytes is None else pool_bytes)
+        """Free cache buffers (``new_cache`` takes from it)."""
         self.layers = [
             _Layer(
                 ln1=layer.input_layernorm.weight,
@@ -174,6 +189,13 @@ class _Net:
             )
             for layer in inner.layers
         ]
+        weights = (
+            w for layer in self.layers for w in (layer.qkv, layer.out, layer.gate_up, layer.down)
+        )
+        self.token_macs = sum(w[0].numel() for w in weights)
+        """Multiply-adds of the linear layers per token."""
+        self.key_macs = 2 * len(self.layers) * self.heads * self.head_dim
+        """Multiply-adds of attention per token and key (scores and values)."""
 
     def _extend(self, length: int) -> None:
         """RoPE tables (as transformers computes them) and key indices for ``length`` positions."""
@@ -187,18 +209,40 @@ class _Net:
         self.key_index = torch.arange(length, device=self.device)
 
     def new_cache(self, rows: int, capacity: int) -> _Cache:
-        import torch  # optional: the hf extra (torch, transformers)
+        """A cache of ``rows`` x ``capacity`` slots on a buffer from the pool (its slots hold
+        finite values, not necessarily zeros: every slot a row has not written is masked)."""
+        shape = (2, len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
+        flat = self.pool.take(math.prod(shape), self.dtype, self.device)
+        return _Cache(flat[: math.prod(shape)].view(shape), flat)
 
-        shape = (rows, self.kv_heads, capacity, self.head_dim)
-        zeros = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
-        return _Cache(zeros, [torch.zeros_like(k) for k in zeros])
+    def select(self, cache: _Cache, index: Sequence[int], upto: int) -> _Cache:
+        """A new cache whose row i holds slots ``0..upto`` of ``cache`` row ``index[i]``."""
+        new = self.new_cache(len(index), cache.capacity)
+        for start, stop, source in _runs(index):  # one copy per run, no temporary
+            src = source if stop - start > 1 and index[start] == index[start + 1] else None
+            if src is None:
+                block = cache.kv[:, :, source : source + stop - start, :, :upto]
+            else:
+                block = cache.kv[:, :, src : src + 1, :, :upto]  # broadcast to the run
+            new.kv[:, :, start:stop, :, :upto] = block
+        return new
 
-    def forward(self, ids: Any, positions: Any, cache: _Cache, rows: Any = None) -> Any:
+    def forward(
+        self,
+        ids: Any,
+        positions: Any,
+        cache: _Cache,
+        first: int = 0,
+        buckets: Sequence[tuple[int, int]] = (),
+    ) -> Any:
         """Hidden states ``(B, S, d)`` of ``ids`` at ``positions``; their K/V go into ``cache``.
 
-        Batch row b is cache row ``rows[b]`` (default: b; then the cache has exactly B rows). It
-        attends to its cache slots ``0..positions[b, s]``: slots before the new tokens must hold
-        that row's earlier tokens (a prefill or a reused prefix).
+        Batch row b is cache row ``first + b`` (rows of a cache are laid out so that the rows of
+        one forward pass are contiguous: their keys and values are read as a view, not gathered).
+        It attends to its cache slots ``0..positions[b, s]``: slots before the new tokens must
+        hold that row's earlier tokens (a prefill or a reused prefix). ``buckets``: ranges of
+        batch rows whose attention reads keys only as far as the range's own longest row
+        (default: one range).
         """
         import torch  # optional: the hf extra (torch, transformers)
         import torch.nn.functional as F  # optional: the hf extra (torch, transformers)
@@ -209,12 +253,17 @@ class _Net:
         if keys > len(self.key_index):
             self._extend(2 * keys)
         cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]  # (B, S, 1, D)
-        mask = None  # rows that all start at position 0 and run S > 1 tokens: plain causal
-        if S == 1 or bool(positions[:, 0].any()) or keys != S:
-            visible = self.key_index[:keys][None, None, None, :] <= positions[:, None, :, None]
-            mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
-            mask.masked_fill_(~visible, float("-inf"))  # (B, 1, S, keys), once for all layers
-        slots = (torch.arange(B, device=self.device) if rows is None else rows)[:, None]  # (B, 1)
+        parts = []  # (start, stop, keys, mask) of each range of rows, masks once for all layers
+        for start, stop in buckets or [(0, B)]:
+            at = positions[start:stop]
+            reach = keys if not buckets else int(at.max()) + 1
+            mask = None  # rows that all start at position 0 and run S > 1 tokens: plain causal
+            if S == 1 or bool(at[:, 0].any()) or reach != S:
+                visible = self.key_index[:reach][None, None, None, :] <= at[:, None, :, None]
+                mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
+                mask.masked_fill_(~visible, float("-inf"))  # (b, 1, S, reach)
+            parts.append((first + start, first + stop, reach, mask))
+        slots = torch.arange(first, first + B, device=self.device)[:, None]  # (B, 1)
         h = F.embedding(ids, self.embed)  # (B, S, d)
         for layer, k_cache, v_cache in zip(self.layers, cache.k, cache.v, strict=True):
             qkv = F.linear(_rms(h, layer.ln1, self.eps), *layer.qkv)  # (B, S, (H + 2G) D)
@@ -222,11 +271,14 @@ class _Net:
             q = qk[:, :, :H].transpose(1, 2)  # (B, H, S, D)
             k_cache[slots, :, positions] = qk[:, :, H:]  # slots (B, S) <- (B, S, G, D)
             v_cache[slots, :, positions] = qkv[..., (H + G) * D :].view(B, S, G, D)
-            if rows is None:
-                k_all, v_all = k_cache[:, :, :keys], v_cache[:, :, :keys]  # (B, G, keys, D)
-            else:
-                k_all, v_all = k_cache[rows, :, :keys], v_cache[rows, :, :keys]
-            attended = _attention(q, k_all, v_all, mask)  # (B, H, S, D)
+            attended = torch.cat(
+                [  # (b, G, reach, D) views of the cache
+                    _attention(
+                        q[a - first : b - first], k_cache[a:b, :, :n], v_cache[a:b, :, :n], m
+                    )
+                    for a, b, n, m in parts
+                ]
+            )  # (B, H, S, D)
             h = h + F.linear(attended.transpose(1, 2).reshape(B, S, H * D), *layer.out)
             gate, up = F.linear(_rms(h, layer.ln2, self.eps), *layer.gate_up).chunk(2, dim=-1)
             h = h + F.linear(F.silu(gate) * up, *layer.down)
@@ -239,17 +291,67 @@ class _Net:
         return F.linear(_rms(hidden, self.norm, self.eps), self.lm_head).float()
 
 
-@dataclass
 class _Cache:
-    """Per-layer key and value slots ``(rows, kv_heads, capacity, head_dim)``."""
+    """Key and value slots of every layer: ``kv (2, layers, rows, kv_heads, capacity, head_dim)``,
+    a view of the pooled buffer ``flat``; ``k[i]`` and ``v[i]`` are layer i's
+    ``(rows, kv_heads, capacity, head_dim)``."""
 
-    k: list[Any]
-    v: list[Any]
+    def __init__(self, kv: Any, flat: Any) -> None:
+        self.kv, self.flat = kv, flat
+        self.k, self.v = list(kv[0]), list(kv[1])
 
-    def select(self, index: Any) -> _Cache:
-        return _Cache(
-            [t.index_select(0, index) for t in self.k], [t.index_select(0, index) for t in self.v]
-        )
+    @property
+    def rows(self) -> int:
+        return int(self.kv.shape[2])
+
+    @property
+    def capacity(self) -> int:
+        return int(self.kv.shape[4])
+
+
+def _runs(index: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(start, stop, index[start])`` for maximal runs of ``index`` that repeat one value or
+    count up by one (so each run is one strided copy)."""
+    runs: list[tuple[int, int, int]] = []
+    start = 0
+    for i in range(1, len(index) + 1):
+        if i < len(index):
+            step = index[i] - index[i - 1]
+            first = index[start + 1] - index[start] if i - start > 1 else step
+            if step in (0, 1) and step == first:
+                continue
+        runs.append((start, i, index[start]))
+        start = i
+    return runs
+
+
+class _Pool:
+    """Cache buffers kept for reuse. A fresh buffer of a few hundred MB is zeroed page by page on
+    first touch, which cost as much as a fifth of a BridgeQA chunk's time when every call and
+    every compaction allocated one; a reused buffer needs neither (its values are stale but
+    finite, and every slot a row has not written is masked)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.free: list[Any] = []
+
+    def take(self, numel: int, dtype: Any, device: Any) -> Any:
+        """A flat buffer of at least ``numel`` elements (the smallest free one that fits)."""
+        import torch  # optional: the hf extra (torch, transformers)
+
+        fits = [i for i, b in enumerate(self.free) if b.numel() >= numel]
+        if fits:
+            return self.free.pop(min(fits, key=lambda i: self.free[i].numel()))
+        return torch.zeros(numel + numel // 4, dtype=dtype, device=device)  # room to grow
+
+    def give(self, buffers: Iterable[Any]) -> None:
+        """Take back buffers no cache in use refers to; keep the largest up to ``max_bytes``."""
+        free = {id(b): b for b in (*self.free, *buffers)}
+        self.free, kept = [], 0
+        for b in sorted(free.values(), key=lambda b: -b.numel()):
+            if kept + b.numel() * b.element_size() <= self.max_bytes:
+                self.free.append(b)
+                kept += b.numel() * b.element_size()
 
 
 # --------------------------------------------------------------------------- the prefix store
@@ -264,6 +366,16 @@ class _Entry:
     row: int
 
 
+def _position_weights(length: int) -> np.ndarray:
+    """Odd pseudo-random uint64 weights of positions ``0..length``: SplitMix64 of the position,
+    so the first ``k`` weights are the same for every ``length >= k``."""
+    with np.errstate(over="ignore"):
+        z = (np.arange(length, dtype=np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return (z ^ (z >> np.uint64(31))) | np.uint64(1)
+
+
 class _PrefixStore:
     """The rows of one call, found again by the prompts of the next call that extend them."""
 
@@ -275,15 +387,20 @@ class _PrefixStore:
         self._hashes = np.zeros(0, dtype=np.uint64)
 
     def _prefix_hashes(self, ids: np.ndarray) -> np.ndarray:
-        """``h[i]``: a hash of ``ids[: i + 1]`` (random per-position weights, wrapping sums)."""
+        """``h[i]``: a hash of ``ids[: i + 1]`` (pseudo-random per-position weights, wrapping
+        sums). A position's weight is a function of the position alone, so hashes taken before
+        the table grew stay valid."""
         if len(self._weights) < len(ids):
-            rng = np.random.default_rng(len(ids))
-            self._weights = rng.integers(1, 2**63, size=2 * len(ids), dtype=np.uint64) | 1
+            self._weights = _position_weights(2 * len(ids))
         with np.errstate(over="ignore"):
             return np.cumsum(ids.astype(np.uint64) * self._weights[: len(ids)], dtype=np.uint64)
 
     def add(self, ids: np.ndarray, cache: _Cache, row: int) -> None:
         self.entries.append(_Entry(ids, cache, row))
+
+    def buffers(self) -> list[Any]:
+        """The cache buffers the entries hold (for the pool, once the store is dropped)."""
+        return list({id(e.cache.flat): e.cache.flat for e in self.entries}.values())
 
     def freeze(self) -> None:
         """Index the entries (call once, after the last ``add``)."""
@@ -308,26 +425,124 @@ class _PrefixStore:
         return None
 
 
-def prefill_groups(new_lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Rows to prefill together: longest first, at most ``budget`` padded tokens per group, and
-    no row shorter than half the group's longest (so padding wastes at most half a group).
+GROUP_MACS = 3 * 10**7
+"""What one more prefill forward pass costs beyond its arithmetic, in multiply-adds: about a
+millisecond of a CPU core (Python and the small per-layer ops)."""
+
+
+def prefill_groups(
+    new_lengths: Sequence[int],
+    ends: Sequence[int],
+    budget: int,
+    token_macs: float,
+    key_macs: float,
+    group_macs: float = GROUP_MACS,
+) -> list[list[int]]:
+    """Rows to prefill together: runs of the rows sorted by new tokens (longest first; ties by
+    prompt length) that minimise the padded work, at most ``budget`` padded tokens per group.
+
+    A group of ``r`` rows pads each to its longest new part ``S`` and attends to as many keys as
+    its longest prompt ``K``: it costs ``r * S * (token_macs + key_macs * K) + group_macs``.
+
+    Args:
+        new_lengths: Tokens each row prefills.
+        ends: Each row's prompt length (the keys its last token attends to).
+        budget: Most padded tokens (rows x ``S``) of a group (a single row may exceed it).
+        token_macs: Multiply-adds per token outside attention.
+        key_macs: Multiply-adds of attention per token and key.
+        group_macs: The fixed cost of one more group.
 
     Returns:
-        Groups of row indices; each group's first row is its longest.
+        Groups of row indices, in the sorted order; each group's first row is its longest.
     """
-    order = sorted(range(len(new_lengths)), key=lambda u: -new_lengths[u])
-    groups: list[list[int]] = []
-    for u in order:
-        group = groups[-1] if groups else None
-        if (
-            group is None
-            or (len(group) + 1) * new_lengths[group[0]] > budget
-            or 2 * new_lengths[u] < new_lengths[group[0]]
-        ):
-            groups.append([u])
-        else:
-            group.append(u)
-    return groups
+    order = sorted(range(len(new_lengths)), key=lambda u: (-new_lengths[u], -ends[u]))
+    count = len(order)
+    new = np.array([new_lengths[u] for u in order], dtype=np.float64)
+    end = np.array([ends[u] for u in order], dtype=np.float64)
+    best = np.zeros(count + 1)
+    cut = np.zeros(count + 1, dtype=np.int64)
+    for j in range(1, count + 1):  # best[j]: the cheapest grouping of the first j rows
+        first = np.arange(j)  # candidate first rows i of the last group i..j-1
+        rows = j - first
+        keys = np.maximum.accumulate(end[j - 1 :: -1])[::-1]  # longest prompt of i..j-1
+        cost = best[:j] + rows * new[:j] * (token_macs + key_macs * keys) + group_macs
+        cost[(rows * new[:j] > budget) & (rows > 1)] = np.inf
+        cut[j] = int(np.argmin(cost))
+        best[j] = cost[cut[j]]
+    groups, j = [], count
+    while j:
+        groups.append(order[cut[j] : j])
+        j = int(cut[j])
+    return groups[::-1]
+
+
+BUCKET_BYTES_PER_LAYER = 400_000
+"""What one more range of rows costs a decoding step, per layer, in bytes of cache it could have
+read instead: about 60 microseconds of small ops, at about 7 GB/s of one core's memory reads."""
+
+
+def decode_buckets(lengths: Sequence[int], overhead: float, step: int = 8) -> list[tuple[int, int]]:
+    """Ranges of cache rows that decode attention reads separately, each only as far as its
+    longest row: the cuts (at multiples of ``step``) that minimise rows x longest summed over
+    ranges, plus ``overhead`` (in rows x keys) per range. Rows should be about longest first.
+    """
+    count = len(lengths)
+    if count == 0:
+        return []
+    cuts = np.array([*range(0, count, step), count])
+    longest = np.maximum.reduceat(np.asarray(lengths, dtype=np.float64), cuts[:-1])
+    before = cuts[:-1]  # rows before each block
+    best = np.zeros(len(cuts))
+    back = np.zeros(len(cuts), dtype=np.int64)
+    for j in range(1, len(cuts)):  # best[j]: the cheapest split of the first j blocks
+        reach = np.maximum.accumulate(longest[j - 1 :: -1])[::-1]  # longest of blocks i..j-1
+        cost = best[:j] + (cuts[j] - before[:j]) * reach + overhead
+        back[j] = int(np.argmin(cost))
+        best[j] = cost[back[j]]
+    ranges, j = [], len(cuts) - 1
+    while j:
+        ranges.append((int(cuts[back[j]]), int(cuts[j])))
+        j = int(back[j])
+    return ranges[::-1]
+
+
+SHARED_PREFIX_TOKENS = 16
+"""Least number of tokens, past what the store gives, that a prompt copies from another prompt of
+the same call (a copy of fewer would split the prompt's prefill off into a later pass for little
+saved work)."""
+
+
+def _common_length(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
+
+
+def shared_prefixes(
+    prompts: Sequence[Sequence[int]], starts: Sequence[int], least: int = SHARED_PREFIX_TOKENS
+) -> dict[int, tuple[int, int]]:
+    """Prompts that copy a prefix from another prompt of the call: ``{u: (leader, length)}``.
+
+    The prompts are sorted; each run of neighbours that share more than ``least`` tokens past
+    their own ``starts`` follows the run's first prompt (a leader, which follows none), for the
+    prefix all of them share with it. At least the follower's last token is left to prefill.
+    """
+    arrays = [np.asarray(p, dtype=np.int64) for p in prompts]
+    followers: dict[int, tuple[int, int]] = {}
+    leader, common = -1, 0
+    previous = -1
+    for u in sorted(range(len(prompts)), key=lambda u: tuple(prompts[u])):
+        if leader >= 0:
+            adjacent = _common_length(arrays[previous], arrays[u])
+            common = adjacent if previous == leader else min(common, adjacent)
+            length = min(common, len(prompts[u]) - 1)
+            if length >= starts[u] + least:
+                followers[u] = (leader, length)
+                previous = u
+                continue
+        leader, previous = u, u
+    return followers
 
 
 # --------------------------------------------------------------------------- the policy
@@ -369,6 +584,8 @@ class LeanPolicy(HFPolicy):
         """Prompt tokens taken from the prefix cache instead of being prefilled (a counter)."""
         self.prefilled_tokens = 0
         """Prompt tokens run through the model (a counter)."""
+        self.shared_tokens = 0
+        """Prompt tokens copied from another prompt of the same call (a counter)."""
 
     def generate_ids(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
@@ -380,7 +597,8 @@ class LeanPolicy(HFPolicy):
         generator = self._start(prompts, params)
         version = weights_version(self.model)
         if self._net is None or self._store is None or self._store.version != version:
-            self._net, self._store = _Net(self.model), _PrefixStore(version)
+            self._net = _Net(self.model)
+            self._store = _PrefixStore(version)
         store = _PrefixStore(version)
         per_chunk = max(1, self.batch_size // params.n)
         rows: list[_Row] = []
@@ -395,52 +613,107 @@ class LeanPolicy(HFPolicy):
                     slots = max(map(len, chunk)) + params.max_new_tokens
                     kept += len(chunk) * params.n * slots * self._net.token_bytes
         store.freeze()
+        self._net.pool.give(self._store.buffers())  # the previous call's rows: read, done with
         self._store = store if self.prefix_cache else _PrefixStore(version)
         return self._completions(rows)
 
     # ------------------------------------------------------------------ internals
 
-    def _reuse(self, prompts: list[tuple[int, ...]], cache: _Cache) -> list[int]:
-        """Copy each prompt's longest stored prefix into its cache row; return their lengths.
+    def _lean_prefill(
+        self, prompts: list[tuple[int, ...]], capacity: int
+    ) -> tuple[_Cache, Any, list[int]]:
+        """Fill a cache with ``prompts`` (reusing stored prefixes).
 
-        At least the prompt's last token is left to prefill (its logits start the decoding).
+        Prompts that share a longer prefix with another prompt of the call than with the store
+        (a budget branch and its main episode share the search results before the final notice)
+        are prefilled after it and copy the shared part from its row. The cache's rows are laid
+        out group by group (``prefill_groups``), so that each forward pass reads a contiguous
+        range of them.
+
+        Returns:
+            The cache, the next-token logits of its rows, and each prompt's cache row.
         """
-        assert self._store is not None
-        starts = []
-        for u, prompt in enumerate(prompts):
-            entry = self._store.longest_prefix(np.asarray(prompt, dtype=np.int64))
-            start = 0 if entry is None else min(len(entry.ids), len(prompt) - 1)
-            if start:
-                pairs = zip((*cache.k, *cache.v), (*entry.cache.k, *entry.cache.v), strict=True)
-                for dst, src in pairs:
-                    dst[u, :, :start] = src[entry.row, :, :start]
-            starts.append(start)
+        torch, net, store = self._torch, self._net, self._store
+        assert net is not None and store is not None
+        arrays = [np.asarray(p, dtype=np.int64) for p in prompts]
+        entries = [store.longest_prefix(a) for a in arrays]
+        # at least the prompt's last token is left to prefill (its logits start the decoding)
+        starts = [
+            0 if e is None else min(len(e.ids), len(p) - 1)
+            for e, p in zip(entries, prompts, strict=True)
+        ]
+        followers = shared_prefixes(prompts, starts)
+        shared = {u: length for u, (_, length) in followers.items()}
+        waves = [[u for u in range(len(prompts)) if u not in followers], list(followers)]
+        budget = PREFILL_SCORES // (net.heads * capacity)
+        planned = [
+            prefill_groups(
+                [len(prompts[u]) - shared.get(u, starts[u]) for u in wave],
+                [len(prompts[u]) for u in wave],
+                budget,
+                net.token_macs,
+                net.key_macs,
+            )
+            for wave in waves
+        ]
+        # groups of both waves, longest prompt first, and so their rows (decoding reads the rows
+        # in ranges of similar length, decode_buckets)
+        groups = [
+            sorted((wave[g] for g in group), key=lambda u: -len(prompts[u]))
+            for wave, wave_groups in zip(waves, planned, strict=True)
+            for group in wave_groups
+        ]
+        firsts, first = {}, 0
+        for g in sorted(range(len(groups)), key=lambda g: -len(prompts[groups[g][0]])):
+            firsts[g], first = first, first + len(groups[g])
+        row_of = [0] * len(prompts)
+        for g, rows in enumerate(groups):
+            for i, u in enumerate(rows):
+                row_of[u] = firsts[g] + i
+        cache = net.new_cache(len(prompts), capacity)
+        for u, entry in enumerate(entries):
+            if starts[u]:  # every layer's keys and values in one copy
+                cache.kv[:, :, row_of[u], :, : starts[u]] = entry.cache.kv[
+                    :, :, entry.row, :, : starts[u]
+                ]
         self.reused_tokens += sum(starts)
-        self.prefilled_tokens += sum(len(p) for p in prompts) - sum(starts)
-        return starts
+        logits = torch.empty((len(prompts), net.lm_head.shape[0]), device=net.device)
+        for g, rows in enumerate(groups):  # the leaders' groups come first: in wave order
+            for u in rows:
+                if u in followers:  # its leader's group has run
+                    leader, s, length = row_of[followers[u][0]], starts[u], shared[u]
+                    cache.kv[:, :, row_of[u], :, s:length] = cache.kv[:, :, leader, :, s:length]
+                    self.shared_tokens += length - s
+                    starts[u] = length
+            self._prefill_rows(
+                [prompts[u] for u in rows], [starts[u] for u in rows], cache, firsts[g], logits
+            )
+        return cache, logits, row_of
 
-    def _lean_prefill(self, prompts: list[tuple[int, ...]], capacity: int) -> tuple[_Cache, Any]:
-        """Fill a cache with ``prompts`` (reusing stored prefixes); return it and the logits."""
+    def _prefill_rows(
+        self,
+        prompts: list[tuple[int, ...]],
+        starts: list[int],
+        cache: _Cache,
+        first: int,
+        logits: Any,
+    ) -> None:
+        """Run ``prompts`` from their ``starts`` into cache rows ``first...``; set their logits."""
         torch, net = self._torch, self._net
         assert net is not None
-        cache = net.new_cache(len(prompts), capacity)
-        starts = self._reuse(prompts, cache)
-        logits = torch.empty((len(prompts), net.lm_head.shape[0]), device=net.device)
         new_lengths = [len(p) - s for p, s in zip(prompts, starts, strict=True)]
-        for group in prefill_groups(new_lengths, PREFILL_SCORES // (net.heads * capacity)):
-            width = new_lengths[group[0]]
-            ids = torch.full((len(group), width), self.pad_token_id, dtype=torch.long)
-            positions = torch.empty((len(group), width), dtype=torch.long)
-            for g, u in enumerate(group):
-                ids[g, : new_lengths[u]] = torch.tensor(prompts[u][starts[u] :], dtype=torch.long)
-                # padding past a row's end writes junk into slots that decoding overwrites
-                # before reading them; clamped so it stays inside the cache
-                positions[g] = torch.arange(starts[u], starts[u] + width).clamp(max=capacity - 1)
-            index = torch.tensor(group, device=net.device)
-            hidden = net.forward(ids.to(net.device), positions.to(net.device), cache, index)
-            last = torch.tensor([new_lengths[u] - 1 for u in group])
-            logits[index] = net.logits(hidden[torch.arange(len(group)), last])
-        return cache, logits
+        self.prefilled_tokens += sum(new_lengths)
+        width = max(new_lengths)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        positions = torch.empty((len(prompts), width), dtype=torch.long)
+        for g, (prompt, start) in enumerate(zip(prompts, starts, strict=True)):
+            ids[g, : len(prompt) - start] = torch.tensor(prompt[start:], dtype=torch.long)
+            # padding past a row's end writes junk into slots that decoding overwrites before
+            # reading them; clamped so it stays inside the cache
+            positions[g] = torch.arange(start, start + width).clamp(max=cache.capacity - 1)
+        hidden = net.forward(ids.to(net.device), positions.to(net.device), cache, first)
+        last = torch.tensor([n - 1 for n in new_lengths])
+        logits[first : first + len(prompts)] = net.logits(hidden[torch.arange(len(prompts)), last])
 
     def _may_stop(self, stops: tuple[str, ...]) -> Any:
         """``(V,)`` bool: tokens whose text contains the last character of a stop string.
@@ -474,18 +747,29 @@ class LeanPolicy(HFPolicy):
         unique: dict[tuple[int, ...], int] = {}
         row_unique = [unique.setdefault(tuple(p), len(unique)) for p in row_prompts]
         capacity = max(map(len, row_prompts)) + params.max_new_tokens
-        cache, logits = self._lean_prefill(list(unique), capacity)
-        if row_unique != list(range(len(unique))):
-            index = torch.tensor(row_unique, device=net.device)
-            cache, logits = cache.select(index), logits[index]
+        cache, logits, row_of = self._lean_prefill(list(unique), capacity)
+        # decoding lays the rows out longest prompt first, so that attention reads each bucket
+        # of rows (decode_buckets) only as far as its own longest
+        if len(unique) == len(row_prompts):  # the prefill's layout is already so
+            order = sorted(range(len(row_prompts)), key=lambda r: row_of[row_unique[r]])
+        else:  # the samples of a prompt: copies of its row
+            order = sorted(range(len(row_prompts)), key=lambda r: -len(row_prompts[r]))
+            source = [row_of[row_unique[r]] for r in order]  # cache row c <- prefill row
+            expanded = net.select(cache, source, max(map(len, unique)))
+            net.pool.give([cache.flat])  # no row retires into the prefill's own cache
+            cache, logits = expanded, logits[torch.tensor(source, device=net.device)]
         may_stop = self._may_stop(tuple(params.stop)) if params.stop else None
         rows = [_Row([], []) for _ in row_prompts]
         live = list(range(len(rows)))  # rows still decoding, in order
-        slot = list(range(len(rows)))  # their cache rows
-        filled = torch.tensor([len(p) for p in row_prompts])  # tokens in each cache row
+        slot = [0] * len(rows)  # their cache rows
+        for c, r in enumerate(order):
+            slot[r] = c
+        filled = torch.tensor([len(row_prompts[r]) for r in order])  # tokens in each cache row
+        overhead = len(net.layers) * BUCKET_BYTES_PER_LAYER / net.token_bytes
+        buckets = decode_buckets(filled.tolist(), overhead)
         for step in range(params.max_new_tokens):
-            everyone = len(live) == cache.k[0].shape[0]
-            picked = logits if everyone else logits[torch.tensor(slot)]
+            in_order = slot == list(range(cache.rows))
+            picked = logits if in_order else logits[torch.tensor(slot)]
             own = live_generators(generator, live)
             tokens, logprobs = sample_next(picked, params, own)  # (B,), (B,)
             check = None if may_stop is None else may_stop[tokens].tolist()
@@ -502,20 +786,29 @@ class LeanPolicy(HFPolicy):
             if not keep or step == params.max_new_tokens - 1:
                 break
             live, slot, tokens = [live[b] for b in keep], [slot[b] for b in keep], tokens[keep]
-            if 2 * len(live) <= cache.k[0].shape[0]:  # compact: drop the finished rows' slots
-                index = torch.tensor(slot)
-                cache, filled, slot = cache.select(index), filled[index], list(range(len(live)))
-            ids = torch.full((cache.k[0].shape[0], 1), self.pad_token_id, dtype=torch.long)
+            if 2 * len(live) <= cache.rows:  # compact: drop the finished rows' slots
+                kept = sorted(slot)  # in cache order: still longest first
+                rank = {c: i for i, c in enumerate(kept)}
+                filled = filled[torch.tensor(kept)]
+                compact = net.select(cache, kept, int(filled.max()))
+                if store is None:  # else the finished rows' entries still read the old cache
+                    net.pool.give([cache.flat])
+                cache, slot = compact, [rank[c] for c in slot]
+                buckets = decode_buckets(filled.tolist(), overhead)
+            ids = torch.full((cache.rows, 1), self.pad_token_id, dtype=torch.long)
             where = torch.tensor(slot)
             ids[where, 0] = tokens
             # finished rows still in the cache write at their first free slot: no harm done
-            hidden = net.forward(ids.to(net.device), filled[:, None].to(net.device), cache)
+            positions = filled[:, None].to(net.device)
+            hidden = net.forward(ids.to(net.device), positions, cache, buckets=buckets)
             logits = net.logits(hidden[:, -1])
             filled[where] += 1
         for b, r in enumerate(live):
             rows[r].finish_reason = rows[r].finish_reason or "length"
             if rows[r].finish_reason == "length":
                 self._retire(store, cache, slot[b], row_prompts[r], rows[r], filled)
+        if store is None:
+            net.pool.give([cache.flat])
         return rows
 
     def _append_row(

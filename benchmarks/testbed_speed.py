@@ -14,13 +14,34 @@ Three measurements on one checkpoint (a pretrained testbed base, ``passkt testbe
    step's tokens/s, and the cost of GRPO rollouts (G = 8, T_train = 5, no branches) on training
    tasks (see ``benchmarks/README.md``).
 
+``--compare REV`` runs instead one evaluation chunk per category as the study runs it (bridge with
+hops 2 at T in 0,1,2,3,5, math at T = 0; n = 64, per-sample seeds, ``batch_size=512``, the
+study's sampling) with ``LeanPolicy`` as it is at git revision ``REV`` and as it is now, on the
+same loaded model, alternating the two ``--repeats`` times in one process, each measured chunk
+right after a chunk of other tasks (as in an evaluation, where a policy runs one batch of tasks
+after another). It prints CPU and wall
+seconds per sample, generated and prefilled tokens per sample, minutes per evaluation of
+``--problems`` problems, the ratios, and how many episodes' sampled ids differ.
+
     python benchmarks/testbed_speed.py --model runs/testbed/base/model
     python benchmarks/testbed_speed.py --model runs/testbed/base/model --quick --threads 2
+    python benchmarks/testbed_speed.py --model runs/regime/base/model --compare main --tasks 4
+
+``--pretrain-rates SIZE`` measures instead the pretraining step of a fresh model of ``SIZE``
+(4 x 1,024 tokens, forward, weighted loss, backward, clipping, AdamW, as ``pretrain`` runs it) in
+tokens per second of wall time: one process on 1 thread, one on 2 threads, and two processes on
+1 thread each at once (how a study with ``--jobs 2`` runs two pretrainings).
+
+    python benchmarks/testbed_speed.py --model runs/regime/base/model --pretrain-rates micro
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,6 +74,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--pretrain-minutes", type=float, default=8.5, help="measured pretraining time (part 3)"
     )
+    p.add_argument("--compare", metavar="REV", help="LeanPolicy at git REV against now (only)")
+    p.add_argument("--repeats", type=int, default=2, help="alternations of --compare")
+    p.add_argument("--problems", type=int, default=600, help="problems per evaluation (--compare)")
+    p.add_argument("--pretrain-rates", metavar="SIZE", help="pretraining tokens/s of SIZE (only)")
+    p.add_argument("--steps", type=int, default=30, help="steps per --pretrain-rates run")
     return p
 
 
@@ -261,6 +287,154 @@ def budget_table(evals: dict, grpo: dict, train_tps: float, pretrain_minutes: fl
     return rows
 
 
+STUDY_CHUNKS = (
+    ("bridge", "BridgeQA-v0", {"hops": [2]}, BUDGETS),
+    ("math", "Math-v0", {}, (0,)),
+)
+"""The categories of the regime profile that the next study evaluates at scale."""
+
+
+def lean_at(rev: str) -> type:
+    """``LeanPolicy`` as ``agents/lean.py`` was at git revision ``rev`` (a module of its own)."""
+    root = Path(__file__).resolve().parents[1]
+    source = subprocess.run(
+        ["git", "-C", str(root), "show", f"{rev}:agents/lean.py"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    path = Path(tempfile.mkdtemp()) / "lean_before.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("lean_before", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["lean_before"] = module
+    spec.loader.exec_module(module)
+    return module.LeanPolicy
+
+
+def _study_chunk(policy: LeanPolicy, env_id: str, kwargs: dict, budgets, ids: list[str]):
+    """One rollout batch as the evaluator runs it for the study (per-sample seeds, seed 0)."""
+    from passkt.eval.chunking import sample_seed
+
+    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=48)
+    seeds = {(t, s): sample_seed(0, t, s) for t in ids for s in range(EVAL_N)}
+    before = policy.prefilled_tokens
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = rollout(
+        policy, env_id, ids, n=EVAL_N, budgets=budgets, params=params, seed=0,
+        env_kwargs={**kwargs, "split": "test"}, episode_seeds=seeds,
+    )  # fmt: skip
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    samples = len(ids) * EVAL_N
+    return {
+        "cpu": cpu / samples,
+        "wall": wall / samples,
+        "generated": result.stats.generated_tokens / samples,
+        "prefilled": (policy.prefilled_tokens - before) / samples,
+        "ids": [tuple(e.token_ids) for e in result.episodes],
+    }
+
+
+def compare_table(model_dir: Path, rev: str, tasks: int, repeats: int, problems: int) -> list[str]:
+    """``LeanPolicy`` at ``rev`` against now, alternating, on the study's evaluation chunks."""
+    import gymnasium as gym
+
+    import passkt.envs  # noqa: F401
+
+    now = LeanPolicy(model_dir, batch_size=512)
+    before = lean_at(rev)(now.model, now.tokenizer, batch_size=512)
+    rows = [
+        f"| category | LeanPolicy | CPU s/sample | wall s/sample | generated tok/sample "
+        f"| prefilled tok/sample | minutes per evaluation ({problems} x {EVAL_N}, CPU) "
+        "| CPU ratio | wall ratio | episodes with other ids |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, env_id, kwargs, budgets in STUDY_CHUNKS:
+        env = gym.make(env_id, max_tool_calls=budgets[-1], split="test", **kwargs)
+        ids = [t.task_id for t in env.unwrapped.tasks[: 2 * tasks]]
+        env.close()
+        runs: dict[str, list[dict]] = {"before": [], "now": []}
+        for _ in range(repeats):
+            for name, policy in (("before", before), ("now", now)):
+                # as in an evaluation, the batch before was other tasks (so nothing is reused)
+                _study_chunk(policy, env_id, kwargs, budgets, ids[tasks:])
+                runs[name].append(_study_chunk(policy, env_id, kwargs, budgets, ids[:tasks]))
+                r = runs[name][-1]
+                print(label, name, {k: round(v, 5) for k, v in r.items() if k != "ids"}, flush=True)
+        best = {name: min(r, key=lambda x: x["cpu"]) for name, r in runs.items()}
+        differ = sum(a != b for a, b in zip(best["before"]["ids"], best["now"]["ids"], strict=True))
+        for name in ("before", "now"):
+            b = best[name]
+            minutes = b["cpu"] * problems * EVAL_N / 60
+            ratio_cpu = best["before"]["cpu"] / b["cpu"]
+            ratio_wall = best["before"]["wall"] / b["wall"]
+            rows.append(
+                f"| {label} | {rev if name == 'before' else 'now'} | {b['cpu']:.4f} "
+                f"| {b['wall']:.4f} | {b['generated']:.1f} | {b['prefilled']:.0f} "
+                f"| {minutes:.1f} | {ratio_cpu:.2f}x | {ratio_wall:.2f}x "
+                f"| {differ if name == 'now' else ''} |"
+            )
+        print(rows[-2], rows[-1], sep="\n", flush=True)
+    return rows
+
+
+def _pretrain_rate(model_dir: str, size: str, threads: int, steps: int) -> tuple[float, float]:
+    """Tokens/s of wall time and CPU/wall of ``steps`` pretraining steps of a fresh ``size``
+    model on ``threads`` torch threads (random tokens: the cost does not depend on them)."""
+    from transformers import AutoTokenizer
+
+    from passkt.study.testbed.model import build_model
+    from passkt.study.testbed.pretrain import (
+        PretrainConfig,
+        _optimizer,
+        token_losses,
+        training_loss,
+    )
+
+    torch.set_num_threads(threads)
+    config = PretrainConfig(size=size)
+    model = build_model(size, AutoTokenizer.from_pretrained(model_dir), seed=0).train()
+    optimizer = _optimizer(model, config)
+    generator = torch.Generator().manual_seed(0)
+    shape = (config.batch_size, config.block_size + 1)
+    ids = torch.randint(20, model.config.vocab_size, shape, generator=generator)
+    mask = torch.rand(shape, generator=generator) < 0.04  # about the agent's share of tokens
+
+    def step() -> None:
+        training_loss(*token_losses(model, ids, mask), config).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        step()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return steps * config.batch_size * config.block_size / wall, cpu / wall
+
+
+def pretrain_rates(model_dir: Path, size: str, steps: int) -> list[str]:
+    """One process on 1 and on 2 threads, then two 1-thread processes at once."""
+    import multiprocessing
+
+    rows = ["| run | tokens/s (wall) | CPU / wall |", "|---|---:|---:|"]
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(2) as pool:
+        for threads in (1, 2):
+            rate, load = pool.apply(_pretrain_rate, (str(model_dir), size, threads, steps))
+            rows.append(f"| 1 process, {threads} thread(s) | {rate:,.0f} | {load:.2f} |")
+            print(rows[-1], flush=True)
+        both = [
+            pool.apply_async(_pretrain_rate, (str(model_dir), size, 1, steps)) for _ in range(2)
+        ]
+        rates = [r.get() for r in both]
+    total = sum(rate for rate, _ in rates)
+    loads = ", ".join(f"{load:.2f}" for _, load in rates)
+    rows.append(f"| 2 processes at once, 1 thread each (sum) | {total:,.0f} | {loads} |")
+    print(rows[-1], flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -271,6 +445,16 @@ def main(argv: list[str] | None = None) -> int:
             "`passkt testbed pretrain --out runs/testbed/base` and pass "
             "--model runs/testbed/base/model"
         )
+    if args.pretrain_rates:
+        print(f"## pretraining steps of a fresh {args.pretrain_rates} model\n")
+        for line in pretrain_rates(model_dir, args.pretrain_rates, args.steps):
+            print(line)
+        return 0
+    if args.compare:
+        print(f"## LeanPolicy at {args.compare} against now ({args.threads} thread(s))\n")
+        for line in compare_table(model_dir, args.compare, args.tasks, args.repeats, args.problems):
+            print(line)
+        return 0
     print(f"## generate_ids ({args.threads} thread(s), {args.new_tokens} new tokens per row)\n")
     generate_ids_table(model_dir, args.new_tokens, args.quick)
     print(f"\n## one evaluation chunk per category (n = {EVAL_N}, scaled to {EVAL_TASKS} tasks)\n")

@@ -14,7 +14,15 @@ import pytest
 import torch
 
 from passkt.agents.hf import HFPolicy
-from passkt.agents.lean import LeanPolicy, _PrefixStore, prefill_groups
+from passkt.agents.lean import (
+    LeanPolicy,
+    _Pool,
+    _PrefixStore,
+    _runs,
+    decode_buckets,
+    prefill_groups,
+    shared_prefixes,
+)
 from passkt.agents.policy import SamplingParams
 from passkt.study.testbed.model import build_model
 
@@ -148,11 +156,22 @@ def test_other_architectures_fall_back_to_hfpolicy(testbed_tokenizer):
     _assert_same(hf.generate_ids(prompts, params), lean.generate_ids(prompts, params))
 
 
-def test_prefill_groups_bound_padding_and_size():
-    # longest first; a row shorter than half the group's longest starts a new group
-    assert prefill_groups([5, 100, 60, 40, 100, 1], budget=1000) == [[1, 4, 2], [3], [0], [5]]
-    # the budget caps rows x longest
-    assert prefill_groups([10] * 5, budget=25) == [[0, 1], [2, 3], [4]]
+def test_prefill_groups_trade_padding_against_passes():
+    def groups(new, ends, budget=10**6, group=0.0, key=0.0):
+        return prefill_groups(new, ends, budget, token_macs=1.0, key_macs=key, group_macs=group)
+
+    # free passes: no padding at all; longest first
+    assert groups([5, 100, 60, 100], [5, 100, 60, 100]) == [[1, 3], [2], [0]]
+    # a pass costs as much as 80 padded tokens: short rows ride along with long ones, unless
+    # that pads more than a pass costs
+    assert groups([5, 100, 60, 100, 1], [0] * 5, group=80) == [[1, 3, 2], [0, 4]]
+    # attention reads the longest prompt's keys for every row: ties go longest prompt first,
+    # and rows far apart in length are split unless a pass costs more than the waste
+    assert groups([10] * 4, [20, 1000, 30, 900], group=2000, key=1) == [[1, 3], [2, 0]]
+    assert groups([10] * 4, [20, 1000, 30, 900], group=5, key=1) == [[1], [3], [2], [0]]
+    # the budget caps rows x longest; one row may exceed it
+    assert groups([10] * 5, [10] * 5, budget=25, group=1) == [[0], [1, 2], [3, 4]]
+    assert groups([50], [50], budget=25) == [[0]]
 
 
 def test_prefix_store_finds_the_longest_true_prefix():
@@ -214,3 +233,113 @@ def test_per_row_seeds_make_a_row_independent_of_its_batch(loud_model, testbed_t
     hf = HFPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=4)
     _assert_same(batched, hf.generate_ids(prompts, replace(params, seeds=seeds)))
     assert batched[0].token_ids != batched[1].token_ids  # the seeds do choose the draws
+
+
+def test_prefix_store_finds_prefixes_whatever_the_lengths_seen_before():
+    # the hash weights of a position must not depend on the longest prompt hashed so far: an
+    # entry indexed before a longer one, or a query longer than every entry, still matches
+    store = _PrefixStore(version=(0,))
+    short, long = np.arange(3), np.arange(100, 150)
+    store.add(short, cache=None, row=0)
+    store.add(long, cache=None, row=1)
+    store.freeze()
+    assert store.longest_prefix(np.arange(40)).row == 0
+    assert store.longest_prefix(np.arange(100, 400)).row == 1
+
+
+def test_runs_split_an_index_into_repeats_and_ranges():
+    assert _runs([0, 0, 0, 1, 1, 1]) == [(0, 3, 0), (3, 6, 1)]
+    assert _runs([0, 1, 2, 5, 6, 9]) == [(0, 3, 0), (3, 5, 5), (5, 6, 9)]
+    assert _runs([0, 1, 1, 3]) == [(0, 2, 0), (2, 3, 1), (3, 4, 3)]
+    assert _runs([4]) == [(0, 1, 4)] and _runs([]) == []
+
+
+def test_stale_values_in_a_reused_cache_buffer_change_nothing(loud_model, testbed_tokenizer):
+    """Cache buffers come back from the pool holding the values of earlier calls (not zeros);
+    every slot a row has not written is masked, so outputs are bit for bit those of fresh,
+    zeroed buffers. The pool keeps the largest free buffers up to its byte cap."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=4, n=3)
+    prompts = _prompts(testbed_tokenizer, 5)
+    fresh = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=8)
+    expected = fresh.generate_ids(prompts, params)
+    stale = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=8)
+    stale.generate_ids(prompts[:1], params)  # builds the net and its pool
+    junk = [torch.randn(2**20) * 1e4 for _ in range(3)]  # large but finite
+    stale._net.pool.give(junk)
+    got = stale.generate_ids(prompts, params)
+    for a, b in zip(expected, got, strict=True):
+        assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+    pool = _Pool(max_bytes=3 * 4 * 100)
+    pool.give([torch.zeros(100), torch.zeros(50), torch.zeros(200), torch.zeros(100)])
+    assert sorted(b.numel() for b in pool.free) == [100, 200]  # the largest within 1,200 bytes
+    assert pool.take(90, torch.float32, "cpu").numel() == 100  # the smallest that fits
+    assert pool.take(500, torch.float32, "cpu").numel() >= 500  # none fits: a new one
+
+
+def test_shared_prefixes_follow_the_first_of_each_sorted_run():
+    prompts = [
+        [1, 2, 3, 4, 5, 6, 7, 8, 9],  # a main episode
+        [9, 9, 9],
+        [1, 2, 3, 4, 5, 6, 7, 0, 0, 0],  # its branch: shares 7 tokens
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 1],  # another, sharing the whole main prompt
+        [1, 2, 3, 4, 5, 6, 7, 8],  # shares all but its last token, which is left to prefill
+    ]
+    starts = [2, 0, 2, 2, 2]
+    assert shared_prefixes(prompts, starts, least=3) == {0: (2, 7), 3: (2, 7), 4: (2, 7)}
+    # the branch's 7 shared tokens are not 3 past its store prefix of 5: the next prompt of the
+    # run leads instead, for the 8 tokens it shares with the main episode and its extension
+    assert shared_prefixes(prompts, [2, 0, 5, 5, 5], least=3) == {0: (4, 8), 3: (4, 8)}
+    assert shared_prefixes(prompts[:1] + prompts[3:4], [0, 0], least=3) == {1: (0, 9)}
+
+
+def test_prompts_sharing_a_prefix_in_one_call_prefill_it_once(loud_model, testbed_tokenizer):
+    """A main episode and its branch (the same observation, then the final notice on the
+    branch alone) copy their shared part; completions are still HFPolicy's."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=2)
+    prompts = _prompts(testbed_tokenizer, 3)
+    lean = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=6)
+    first = lean.generate_ids(prompts, params)
+    observation = testbed_tokenizer(
+        "<|im_end|>\n<|im_start|>user\n<information>Doc 1 (Title: Fanima) Fanima is a quiet "
+        "city in Rossava. It was founded in 1898 by Gafa Radu.</information>"
+    )["input_ids"]
+    notice = testbed_tokenizer(" You have no tool calls left.")["input_ids"]
+    mains = [p + list(c.token_ids) + observation for p, c in zip(prompts, first, strict=True)]
+    branches = [m + notice for m in mains]
+    extended = [x for pair in zip(mains, branches, strict=True) for x in pair]
+    got = lean.generate_ids(extended, params)
+    assert lean.shared_tokens >= 3 * (len(observation) - 1)
+    hf = HFPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=6)
+    _assert_same(hf.generate_ids(extended, params), got)
+
+
+def test_decode_buckets_split_rows_where_lengths_drop():
+    lengths = [600] * 16 + [300] * 16 + [290] * 16
+    # reading 600 keys for the 32 short rows costs more than one more range
+    assert decode_buckets(lengths, overhead=1000) == [(0, 16), (16, 48)]
+    assert decode_buckets(lengths, overhead=10**6) == [(0, 48)]
+    assert decode_buckets(lengths, overhead=0) == [(0, 16), (16, 32), (32, 48)]
+    assert decode_buckets([5, 4, 3], overhead=0, step=8) == [(0, 3)]  # cuts at multiples of 8
+    assert decode_buckets([], overhead=0) == []
+
+
+def test_decoding_in_buckets_gives_hfpolicys_completions(
+    loud_model, testbed_tokenizer, monkeypatch
+):
+    """With a free extra range, decoding attention splits the rows at every 8 whose lengths
+    differ; each range reads its own keys only, and the completions stay HFPolicy's."""
+    import passkt.agents.lean as lean_module
+
+    monkeypatch.setattr(lean_module, "BUCKET_BYTES_PER_LAYER", 0)
+    split = []
+    real = lean_module.decode_buckets
+    monkeypatch.setattr(
+        lean_module, "decode_buckets", lambda *a, **k: split.append(real(*a, **k)) or split[-1]
+    )
+    prompts = [p + [20] * (7 * i) for i, p in enumerate(_prompts(testbed_tokenizer, 9))]
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, n=2, seed=6)
+    lean = LeanPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=18)
+    got = lean.generate_ids(prompts, params)
+    assert len(split[0]) > 1  # the first step's rows were read in several ranges
+    hf = HFPolicy(loud_model, tokenizer=testbed_tokenizer, batch_size=18)
+    _assert_same(hf.generate_ids(prompts, params), got)

@@ -168,3 +168,22 @@ def test_pretrained_nano_follows_the_protocol(tmp_path):
         actions += [a for episode in result.episodes for a in episode.actions]
     valid = sum(a in ("search", "answer") for a in actions) / len(actions)
     assert valid > 0.7, f"only {valid:.0%} of {len(actions)} turns were valid actions"
+
+
+def test_a_resume_on_another_thread_count_is_flagged(tmp_path, caplog):
+    from passkt.study.testbed.pretrain import ENVIRONMENT_FILE, _record_environment
+
+    (tmp_path / ENVIRONMENT_FILE).write_text(
+        json.dumps({"start_step": 0, "torch_threads": 97}) + "\n"
+    )
+    with caplog.at_level("WARNING"):
+        _record_environment(tmp_path, start=0)  # a fresh start: nothing to compare with
+        assert not caplog.records
+        _record_environment(tmp_path, start=250)
+    assert "97 torch thread(s) and resumes with" in caplog.text
+    caplog.clear()
+    lines = (tmp_path / ENVIRONMENT_FILE).read_text().splitlines()
+    (tmp_path / ENVIRONMENT_FILE).write_text(lines[-1] + "\n")  # the same count throughout
+    with caplog.at_level("WARNING"):
+        _record_environment(tmp_path, start=500)
+    assert not caplog.records
