@@ -49,8 +49,10 @@ METHOD_NOTE = (
     "1); gaps, widenings and boundary differences a Student-t interval and test. Gap cells "
     "are read after Holm's correction over the (k, T) grid; one pre-declared headline test "
     "is read alone. Assumed: "
-    "problems are independent draws, samples are independent given the problem, and compared "
-    "runs are independent evaluations of the same problems. Calibration by simulation: "
+    "problems are independent draws and samples are independent given the problem. Compared "
+    "runs evaluate the same problems; with the same evaluation seed they share random numbers "
+    "per sample, which the paired spread sees and the sampling floor ignores (conservative), "
+    "so the intervals hold with and without that correlation. Calibration by simulation: "
     "benchmarks/README.md (coverage and A/A false-positive rates).\n"
 )
 """The method paragraph every report ends with (README: 'Statistics')."""

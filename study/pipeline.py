@@ -42,8 +42,9 @@ from passkt.study.profile import (
 from passkt.study.stages import STAGES, Study, Unit
 from passkt.study.units import stage_units
 
-PARALLEL_STAGES = ("eval-base", "train", "eval-trained", "compare", "analyze")
-"""Stages whose units are independent, so ``--jobs N`` may run N of them at once."""
+PARALLEL_STAGES = ("base", "eval-base", "train", "eval-trained", "compare", "analyze")
+"""Stages whose units are independent, so ``--jobs N`` may run N of them at once (base: each
+pretraining seed writes its own folder)."""
 TIMINGS_FILE = "timings.jsonl"
 DONE_FILE = "done.json"
 _PRINT_LOCK = threading.Lock()
