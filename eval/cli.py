@@ -100,7 +100,7 @@ examples:
   passkt compare runs/base runs/rl                       gaps rl - base, boundary sets, Venn
   passkt compare runs/base runs/rl runs/sft --names base,rl,sft --budget 5 --out runs/cmp
   passkt compare runs/base runs/rl --repeats runs/base-seed1,runs/base-seed2
-      noise floor from three evaluations of base; findings are differences outside it
+      noise floor from three evaluations of base; differences beyond it are marked (descriptive)
   passkt compare runs/base runs/rl --repeats runs/base-seed1 --peers runs/base2,runs/base2-seed1
       the floor also holds base2 (the base recipe pretrained with another seed), twice evaluated
   passkt compare runs/base runs/rl --headline gap@64,5 --method bootstrap
@@ -497,8 +497,9 @@ def _add_compare(subparsers: Any) -> None:
     p.add_argument(
         "--repeats",
         metavar="DIR,...",
-        help="more evaluations of RUN_A's policy with other --seed values: the noise floor; "
-        "differences are called findings only outside it",
+        help="more evaluations of RUN_A's policy with other --seed values: the noise floor "
+        "(descriptive); differences beyond it are marked. A claim about a training recipe needs "
+        "the seed-level test (passkt.eval.seeds) of several independently trained policies",
     )
     p.add_argument(
         "--peers",

@@ -3,8 +3,8 @@
 Evaluate the reference policy (the base model) more than once, with different evaluation seeds
 and everything else equal. Every pair of those runs is an A/A comparison: its gaps and its
 boundary swaps (problems one evaluation solved at least once and the other never did) are pure
-sampling noise. A difference between RL (or SFT) and the base is called a **finding** only when
-it is outside that floor:
+sampling noise. For one trained-vs-base comparison the floor is descriptive: a difference between
+RL (or SFT) and the base is marked **beyond the noise floor** when it is outside it:
 
 - a gap cell: significant after Holm's correction *and* larger in size than the same cell's gap
   in every base-vs-base pair;
@@ -13,7 +13,11 @@ it is outside that floor:
   mirrored, more problems only the base solves and a CI below 0 (a loss: the boundary narrowed).
 
 With R repeats there are R (R - 1) / 2 pairs; two or three repeats give a rough floor, so the
-report prints the floor itself next to every result for the reader to judge.
+report prints the floor itself next to every result for the reader to judge. Beyond the floor is
+said of one trained policy against its base; a claim about a training recipe (a gain, a loss, no
+change) needs the seed-level test of several independently trained policies
+(:mod:`passkt.eval.seeds`). :class:`Findings` and :func:`findings` keep their names (the study's
+compare metrics store them as ``finding_*`` keys).
 """
 
 from __future__ import annotations
@@ -140,15 +144,16 @@ def noise_floor(
 
 @dataclass(frozen=True, eq=False)
 class Findings(Record):
-    """Which differences of one comparison lie outside the noise floor.
+    """Which differences of one comparison lie beyond the noise floor (descriptive: one trained
+    policy against its base; a recipe's verdict comes from :mod:`passkt.eval.seeds`).
 
     Attributes:
-        cells: ``(k, T)`` of the gap cells that are findings (either sign).
-        boundary: Whether the trained run's boundary gain is a finding.
+        cells: ``(k, T)`` of the gap cells beyond the floor (either sign).
+        boundary: Whether the trained run's boundary gain is beyond the floor.
         only_b: Problems only run b solves at the boundary budget.
         max_swap: The floor's largest one-sided swap count.
         of: What the floor's runs evaluate (for the sentence).
-        loss: Whether run b's boundary *loss* is a finding (the same rule, mirrored: more
+        loss: Whether run b's boundary *loss* is beyond the floor (the same test, mirrored: more
             problems only run a solves than any base-vs-base swap count, and a CI of the size
             difference below 0).
         only_a: Problems only run a (the reference) solves.
@@ -163,23 +168,26 @@ class Findings(Record):
     only_a: int = 0
 
     def to_markdown(self, name_b: str, name_a: str) -> str:
-        """One paragraph: what of ``name_b - name_a`` is a finding, and why the rest is not."""
+        """One paragraph: what of ``name_b - name_a`` is beyond the floor, and that this
+        describes one comparison (a claim about a recipe needs the seed-level test)."""
         listed = ", ".join(f"(k={k}, T={t})" for k, t in self.cells) or "none"
-        gain = "a finding" if self.boundary else "not a finding"
-        loss = "a finding" if self.loss else "not a finding"
+        gain = "yes" if self.boundary else "no"
+        loss = "yes" if self.loss else "no"
         return (
-            f"**Findings outside the noise floor** ({name_b} vs {name_a}): gap cells "
-            f"significant after Holm and larger than every base-vs-base gap: {listed}. "
-            f"Boundary: {self.only_b} problem(s) only {name_b} solves and {self.only_a} only "
-            f"{name_a} solves, against at most {self.max_swap} between evaluations of "
-            f"{self.of}: the gain is {gain}, the loss is {loss}.\n"
+            f"**Beyond the noise floor** ({name_b} vs {name_a}): gap cells significant after "
+            f"Holm and larger than every base-vs-base gap: {listed}. Boundary: {self.only_b} "
+            f"problem(s) only {name_b} solves and {self.only_a} only {name_a} solves, against at "
+            f"most {self.max_swap} between evaluations of {self.of}; boundary gain beyond the "
+            f"floor: {gain}; boundary loss beyond the floor: {loss}. This describes one "
+            f"{name_b}-vs-{name_a} comparison; a claim about a recipe needs the seed-level test "
+            "(`passkt.eval.seeds`, several independently trained policies).\n"
         )
 
 
 def findings(
     cmp: Comparison, floor: NoiseFloor, bd: BoundaryDifference, only_b: int, only_a: int = 0
 ) -> Findings:
-    """The differences of ``cmp`` (and its boundary ``bd``) that are outside ``floor``.
+    """The differences of ``cmp`` (and its boundary ``bd``) beyond ``floor`` (descriptive).
 
     ``only_b`` / ``only_a``: problems solved at the boundary budget by one run and never by the
     other (``boundary_comparison``); a gain needs ``only_b`` above the floor's largest swap

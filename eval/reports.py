@@ -232,10 +232,12 @@ def write_comparison(
 
     ``repeats`` are more evaluations of run 1's policy with other evaluation seeds (everything
     else equal): they make the noise floor (``noise_floor.{md,json}``), and each comparison then
-    says which of its differences are findings outside it (:mod:`passkt.eval.noise`). ``peers``
-    are evaluations of other policies made by the same recipe as run 1's (the base pretrained
-    with another seed), evaluated the same way: they join the floor, which then also holds the
-    variation between equally made policies. Without either no difference is called a finding.
+    says which of its differences lie beyond it (:mod:`passkt.eval.noise`; descriptive, one
+    trained policy against its base: a claim about a recipe needs the seed-level test of
+    :mod:`passkt.eval.seeds`). ``peers`` are evaluations of other policies made by the same
+    recipe as run 1's (the base pretrained with another seed), evaluated the same way: they join
+    the floor, which then also holds the variation between equally made policies. Without either
+    no difference is marked beyond the floor.
 
     For every later run ``b``: ``gap_<b>_vs_<a>.{md,csv,json,png,svg}`` (gap per (k, T) with a
     paired bootstrap CI, crossover k, whether the gap widens) and ``boundary_<b>_vs_<a>.md``;
@@ -274,8 +276,9 @@ def write_comparison(
     else:
         parts.append(
             "No noise floor: without repeated evaluations of the reference (`--repeats`, "
-            "`--peers`), no "
-            "difference below is called a finding.\n"
+            "`--peers`), no difference below is marked beyond the noise floor. Either way, a "
+            "claim about a recipe needs the seed-level test (`passkt.eval.seeds`, several "
+            "independently trained policies).\n"
         )
     a = tables[0]
     for b in tables[1:]:

@@ -1,4 +1,5 @@
-"""The noise floor (``passkt.eval.noise``): base-vs-base pairs, and findings outside them."""
+"""The noise floor (``passkt.eval.noise``): base-vs-base pairs, and differences beyond them
+(descriptive: the API keeps the names ``findings`` / ``Findings``)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_floor_counts_swaps_and_gaps_by_hand() -> None:
     assert "Largest one-sided swap count: 1" in floor.to_markdown()
 
 
-def test_a_gain_of_a_floor_sized_difference_is_not_a_finding() -> None:
+def test_a_gain_of_a_floor_sized_difference_is_not_beyond_the_floor() -> None:
     """Base evaluated three times; b is base again (A/A) or a clearly better policy."""
     probs = np.random.default_rng(0).beta(0.3, 2.0, size=100)
     base = [simulate(probs, seed, f"base{seed}") for seed in range(3)]
@@ -56,6 +57,14 @@ def test_a_gain_of_a_floor_sized_difference_is_not_a_finding() -> None:
         for k, _ in found.cells:
             i = KS.index(k)
             assert abs(cmp.gap[i, 0]) > floor.max_abs_gap[i, 0] and cmp.significant[i, 0]
+        # The paragraph describes one comparison and sends a claim about a recipe to the
+        # seed-level test; it calls nothing a finding.
+        text = found.to_markdown(other.name, "base0")
+        yes = "yes" if expect_finding else "no"
+        assert text.startswith(f"**Beyond the noise floor** ({other.name} vs base0): gap cells")
+        assert f"boundary gain beyond the floor: {yes}; boundary loss beyond the floor: no." in text
+        assert "a claim about a recipe needs the seed-level test (`passkt.eval.seeds`" in text
+        assert "finding" not in text.lower() and text.count("\n") == 1
 
 
 def test_floor_errors() -> None:
