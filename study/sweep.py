@@ -122,12 +122,10 @@ def verdict_data(folder: Path) -> StudyData:
 
 
 def _by_kind(data: StudyData) -> dict[str, dict[str, dict[str, Verdict]]]:
-    """``cat -> kind -> {"pass@1": v, "boundary": v}`` from :func:`summary.verdicts` (which gives
-    each kind's pass@(1, T_max) test first, then its pass@(n, T_max) one)."""
+    """``cat -> kind -> {"pass@1": v, "boundary": v}`` from :func:`summary.verdicts`."""
     out: dict[str, dict[str, dict[str, Verdict]]] = defaultdict(lambda: defaultdict(dict))
     for v in verdicts(data):
-        tests = out[v.cat][v.kind]
-        tests["boundary" if "pass@1" in tests else "pass@1"] = v
+        out[v.cat][v.kind]["pass@1" if v.metric.startswith("pass@(1,") else "boundary"] = v
     return {cat: dict(kinds) for cat, kinds in out.items()}
 
 
