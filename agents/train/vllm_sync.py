@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import shutil
+import socket
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -142,11 +144,37 @@ def vllm_lora_rank(rank: int) -> int:
 
 def engine_placement(world_size: int) -> dict[str, Any]:
     """``vllm.LLM`` arguments that put one engine in each training process, as TRL's colocated
-    engine is made: under ``torchrun`` / ``accelerate launch`` (``world_size > 1``) the engine
-    joins the launcher's processes (``distributed_executor_backend="external_launcher"``) and
-    runs in this process on its own GPU (``LOCAL_RANK``), with no engine subprocess; a single
-    process keeps vLLM's defaults."""
-    return {"distributed_executor_backend": "external_launcher"} if world_size > 1 else {}
+    engine is made: the engine joins the launcher's processes
+    (``distributed_executor_backend="external_launcher"``) and runs in this process on its own
+    GPU (``LOCAL_RANK``), with no engine subprocess. A single process does the same (a launcher
+    of one, :func:`launcher_environment`): with vLLM's default engine subprocess,
+    :func:`load_weights`' function would have to be pickled, which vLLM refuses unless
+    ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``. ``world_size`` is kept for the signature's sake."""
+    del world_size
+    return {"distributed_executor_backend": "external_launcher"}
+
+
+def launcher_environment(
+    rank: int, world_size: int, environ: dict[str, str], free_port: int
+) -> dict[str, str]:
+    """The variables ``external_launcher`` reads that ``environ`` lacks (a process not started
+    by ``torchrun`` / ``accelerate launch``): ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR`` and ``MASTER_PORT`` (``free_port``), as TRL sets them for its colocated
+    engine. Variables a launcher set are never changed."""
+    wanted = {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": "localhost",
+        "MASTER_PORT": str(free_port),
+    }
+    return {key: value for key, value in wanted.items() if not environ.get(key)}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("localhost", 0))
+        return int(sock.getsockname()[1])
 
 
 def load_weights(llm: Any, weights: list[tuple[str, Any]]) -> None:
@@ -175,6 +203,7 @@ class VLLMTrainingPolicy(VLLMPolicy):
         seed: int = 0,
     ) -> None:
         engine_kwargs: dict[str, Any] = engine_placement(world_size)
+        os.environ.update(launcher_environment(rank, world_size, dict(os.environ), _free_port()))
         if lora_rank is not None:
             engine_kwargs.update(
                 enable_lora=True, max_lora_rank=vllm_lora_rank(lora_rank), max_loras=1

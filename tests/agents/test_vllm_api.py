@@ -227,6 +227,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     recorder = Recorder()
     for name, module in strict_module(recorder).items():
         monkeypatch.setitem(sys.modules, name, module)
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(key, "")  # unset for the engine; restored after the test
     return recorder
 
 
@@ -292,7 +294,9 @@ def test_the_training_engine_with_lora_and_its_adapters_are_calls_vllm_accepts(c
 
 def test_the_full_weight_sync_uses_engine_methods_vllm_has(calls, tmp_path):
     policy = VLLMTrainingPolicy("org/model", output_dir=tmp_path)
-    assert "distributed_executor_backend" not in calls.of("LLM")[0]
+    # one process joins a launcher of one, so apply_model's function is never pickled
+    assert calls.of("LLM")[0]["distributed_executor_backend"] == "external_launcher"
+    assert os.environ["WORLD_SIZE"] == "1" and int(os.environ["MASTER_PORT"]) > 0
     policy.sync(TrainedModel(), step=0)
     assert [name for name, _ in calls][2:] == ["apply_model", "apply_model", "reset_prefix_cache"]
     assert policy.llm._model.loaded == ["model.norm.weight", "model.layers.0.q_proj.weight"]

@@ -188,7 +188,19 @@ def test_an_engine_per_training_process_joins_the_launcher_as_trl_colocates_it()
     # vLLM's EngineArgs field (documented for torchrun / TRL colocate); not inspected here:
     # vLLM is not installed on the CPU test machines.
     assert engine_placement(8) == {"distributed_executor_backend": "external_launcher"}
-    assert engine_placement(1) == {}
+    # one process too: vLLM's default engine subprocess would have to pickle the weight loader
+    assert engine_placement(1) == {"distributed_executor_backend": "external_launcher"}
+
+
+def test_a_process_no_launcher_started_gets_the_variables_external_launcher_reads():
+    from passkt.agents.train.vllm_sync import launcher_environment
+
+    alone = launcher_environment(0, 1, {}, 29512)
+    assert alone == {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+                     "MASTER_ADDR": "localhost", "MASTER_PORT": "29512"}  # fmt: skip
+    torchrun = {"RANK": "3", "LOCAL_RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "node0",
+                "MASTER_PORT": "29500"}  # fmt: skip
+    assert launcher_environment(3, 8, torchrun, 1234) == {}  # a launcher's variables stay
 
 
 class ApplyModelEngine:
