@@ -96,6 +96,7 @@ def study_data(study: Study, *, finished_only: bool = False) -> StudyData:
             "budgets": budgets,
             "runs": runs,
             "overlap": _overlap(study, cat),
+            "targets": study.profile.get("targets", {}).get(cat),
         }
     return StudyData(
         study.profile["name"],

@@ -59,6 +59,11 @@ class DataError(ValueError):
     """A data folder that cannot be read: the message names the file."""
 
 
+IDENTITY_KEYS = ("env_id", "env_kwargs", "task_ids", "budgets")
+"""What makes two exports of a category the same study (the rest, such as the entity overlap and
+the targets, describes it and may be added by a newer export)."""
+
+
 @dataclass(frozen=True)
 class RunCounts:
     """One evaluation, compactly: counts per problem and T among its n samples."""
@@ -161,13 +166,13 @@ def write_data(folder: Path, data: StudyData, *, merge: bool = False) -> Path:
         old = read_data(folder)
         for cat, spec in old.categories.items():
             mine = meta["categories"].get(cat)
-            same = {k: v for k, v in spec.items() if k != "runs"}
-            if mine is not None and json.loads(json.dumps(same)) != mine:
+            same = json.loads(json.dumps({k: v for k, v in spec.items() if k != "runs"}))
+            if mine is not None and any(same.get(k) != mine.get(k) for k in IDENTITY_KEYS):
                 raise DataError(
                     f"{folder / 'study.json'}: category {cat} holds other problems "
                     "or another T grid than this study's; export to another folder"
                 )
-            meta["categories"].setdefault(cat, json.loads(json.dumps(same)))
+            meta["categories"].setdefault(cat, same)  # descriptive keys: the newer export's
         kept = [json.dumps(t, sort_keys=True) for t in old.timings]
         lines = kept + [line for line in lines if line not in set(kept)]
     runs_dir = folder / "runs"
@@ -461,6 +466,37 @@ def _power_line(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
     )
 
 
+def _targets_line(spec: dict[str, Any]) -> str:
+    """Each base against the profile's targets at T_max (descriptive: no base is dropped)."""
+    targets = spec.get("targets")
+    bases = list(_replicates(spec["runs"])["base"].items())
+    if not targets or not bases:
+        return ""
+    j = len(spec["budgets"]) - 1
+    t_max = max(spec["budgets"])
+
+    def against(value: float, bounds: Sequence[float]) -> str:
+        lo, hi = bounds
+        where = "inside" if lo <= value <= hi else ("below" if value < lo else "above")
+        return f"{value:.3f} (target {lo:.2f}-{hi:.2f}: {where})"
+
+    parts = []
+    for seed, r in bases:
+        name = "the base" if seed == SHARED else f"base seed {seed}"
+        cells = []
+        if "pass1" in targets:
+            pass1 = float(pass_at_k_array(r.n, r.correct[:, j], 1).mean())
+            cells.append(f"pass@1 {against(pass1, targets['pass1'])}")
+        if "pass_n" in targets:
+            passn = float((r.correct[:, j] > 0).mean())
+            cells.append(f"pass@({r.n}, {t_max}) {against(passn, targets['pass_n'])}")
+        parts.append(f"{name}: " + ", ".join(cells))
+    return (
+        f"The bases against the profile's targets at T = {t_max} (descriptive: every base is "
+        "used whatever it scores): " + "; ".join(parts) + ".\n"
+    )
+
+
 def _overlap_line(spec: dict[str, Any]) -> str:
     """How many problems of each split name entities the base practised on in pretraining."""
     overlap = spec.get("overlap")
@@ -592,6 +628,7 @@ def make_summary(data: StudyData, out: Path) -> Path:
                 rows,
             )
         )
+        parts.append(_targets_line(spec))
         parts.append(_power_line(data, cat, spec))
         parts.append(_overlap_line(spec))
         parts.append(f"### T explained (T_max = {t_max})\n")

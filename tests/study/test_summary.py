@@ -209,3 +209,23 @@ def test_pieces_run_on_different_machines_merge_into_one_data_folder(tmp_path):
     other = _data({"C": {"RL": 0.5}}, problems=41)
     with pytest.raises(DataError, match="other problems"):
         write_data(tmp_path / "merged", other, merge=True)
+
+
+def test_bases_are_shown_against_the_profiles_targets_and_a_newer_export_may_add_them(tmp_path):
+    """Targets are descriptive: each base's pass@1 and pass@(n, T_max) with where it falls; an
+    export that adds a descriptive key merges into a folder made without it."""
+    data = _data({}, problems=40)
+    write_data(tmp_path / "kept", data)  # an earlier export, without targets
+    spec = data.categories["C"]
+    spec["targets"] = {"pass1": [0.30, 0.40], "pass_n": [0.70, 0.85]}
+    write_data(tmp_path / "kept", data, merge=True)
+    text = make_summary(read_data(tmp_path / "kept"), tmp_path / "out").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("The bases against"))
+    base0 = next(r for r in spec["runs"] if r.role == "base" and r.seed == 0)
+    pass1 = float((base0.correct[:, -1] / base0.n).mean())
+    passn = float((base0.correct[:, -1] > 0).mean())
+    where = "inside" if 0.30 <= pass1 <= 0.40 else ("below" if pass1 < 0.30 else "above")
+    assert f"base seed 0: pass@1 {pass1:.3f} (target 0.30-0.40: {where})" in line
+    assert f"pass@(16, 5) {passn:.3f} (target 0.70-0.85: " in line
+    assert line.count("base seed") == 3
+    assert "The bases against" not in text.split("## C:")[0]  # A has no targets
