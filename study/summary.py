@@ -462,7 +462,9 @@ def _power_line(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
         f"Power (`passkt power`, from the bases' own per-problem rates at T = {t_max}, "
         f"{POWER_SIMS} simulated paired comparisons per point, level {alpha}): to detect a "
         f"{POWER_DELTA:+.2f} change of pass@({n}, {t_max}) in one trained-vs-base comparison, "
-        f"{needed}; {detect}.\n"
+        f"{needed}; {detect}. The seed-level test adds the between-replicate variance (S - 1 "
+        "degrees of freedom for S replicates), so its power is lower wherever the "
+        "replicates' changes differ; the table's se eval / seed columns show how much.\n"
     )
 
 
