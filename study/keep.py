@@ -62,6 +62,8 @@ def export(study: Study, to: Path) -> dict[str, Any]:
                 kept.append(f"{folder.name} (unfinished)")
             continue
         done = read_done(folder, "base")
+        # an earlier piece kept this base's unfinished pretraining: the model replaces it
+        shutil.rmtree(state / folder.name / "checkpoint", ignore_errors=True)
         if done.get("in_study"):  # a pretrained base: its model travels with the state
             _copy_tree(study.out / done["model"], state / done["model"])
         _copy_file(folder / "done.json", state / folder.name / "done.json")
