@@ -42,3 +42,16 @@ def test_the_committed_summary_is_remade_from_the_committed_data(folder, tmp_pat
         f"{page} differs from what its data make: run passkt study report "
         f"{folder.relative_to(ROOT)} and commit the page"
     )
+
+
+@pytest.mark.parametrize("folder", KEPT, ids=lambda p: p.name)
+def test_no_kept_file_is_ignored_by_git(folder):
+    """A kept file that ``.gitignore`` matches is on this disk and never in a clone: the summary
+    would be remade here and fail everywhere else."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    files = [str(p.relative_to(ROOT)) for p in folder.rglob("*") if p.is_file()]
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", *files], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.stdout.split() == [], f"ignored by .gitignore: {done.stdout.split()[:5]}"
