@@ -240,8 +240,15 @@ def read_data(folder: Path) -> StudyData:
 
 
 def cost_rows(timings: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per stage: units, their seconds summed, the stage's wall seconds (``timings.jsonl``)."""
+    """Per stage: units, attempts, their seconds summed, the stage's wall seconds.
+
+    Every line of ``timings.jsonl`` counts: a unit aborted with its session and resumed, or run
+    again on a fresh checkout, adds an attempt and its seconds (what the study cost, not what
+    one uninterrupted pass would). A stage killed with its session wrote no stage line, so its
+    wall time is missing from ``wall_seconds``; the unit seconds still hold it.
+    """
     units: dict[str, set] = defaultdict(set)
+    attempts: dict[str, int] = defaultdict(int)
     unit_seconds: dict[str, float] = defaultdict(float)
     wall: dict[str, float] = defaultdict(float)
     for line in timings:
@@ -249,12 +256,14 @@ def cost_rows(timings: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             wall[line["stage"]] += line["seconds"]
         else:
             units[line["stage"]].add(line["unit"])
+            attempts[line["stage"]] += 1
             unit_seconds[line["stage"]] += line["seconds"]
     order = ("splits", "base", "eval-base", "train", "eval-trained", "compare", "analyze")
     return [
         {
             "stage": stage,
             "units": len(units[stage]),
+            "attempts": attempts[stage],
             "unit_seconds": unit_seconds[stage],
             "wall_seconds": wall.get(stage, 0.0),
         }
@@ -559,16 +568,22 @@ def _cost_section(data: StudyData) -> str:
         [
             c["stage"],
             str(c["units"]),
+            str(c["attempts"]),
             f"{c['unit_seconds'] / 60:.1f}",
             f"{c['wall_seconds'] / 60:.1f}",
         ]
         for c in cost
     ]
+    core = sum(c["unit_seconds"] for c in cost)
     wall = sum(c["wall_seconds"] for c in cost)
     return (
-        "## Cost\n\nPer stage (`timings.jsonl`): units, unit-minutes (their wall times summed) "
-        f"and the stage's wall minutes; in all {wall / 3600:.1f} hours of wall time.\n\n"
-        + _table(["stage", "units", "unit-minutes", "wall minutes"], rows)
+        "## Cost\n\nPer stage (`timings.jsonl`): units, attempts (a unit aborted with its "
+        "session and resumed, or run again on a fresh checkout, counts each time), unit-minutes "
+        "(every attempt's wall time summed) "
+        "and the stage's recorded wall minutes (a stage killed with its session records none). "
+        f"In all {core / 3600:.1f} hours of unit time and {wall / 3600:.1f} hours of recorded "
+        "stage wall time.\n\n"
+        + _table(["stage", "units", "attempts", "unit-minutes", "wall minutes"], rows)
     )
 
 

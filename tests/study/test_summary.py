@@ -229,3 +229,28 @@ def test_bases_are_shown_against_the_profiles_targets_and_a_newer_export_may_add
     assert f"pass@(16, 5) {passn:.3f} (target 0.70-0.85: " in line
     assert line.count("base seed") == 3
     assert "The bases against" not in text.split("## C:")[0]  # A has no targets
+
+
+def test_cost_counts_every_attempt_and_says_what_a_killed_stage_lost(tmp_path):
+    """A unit aborted with its session and resumed costs both attempts; a stage killed with its
+    session has no stage line, so its wall time is missing while its unit time is not."""
+    from passkt.study.summary import cost_rows
+
+    timings = [
+        {"stage": "base", "unit": "base", "seconds": 600.0, "status": "done"},
+        {"stage": "base", "unit": "base-p1", "seconds": 300.0, "status": "aborted"},
+        {"stage": "base", "unit": "base-p1", "seconds": 240.0, "status": "done"},
+        {"stage": "base", "unit": "*", "seconds": 250.0, "status": "stage"},  # the resumed stage
+        {"stage": "train", "unit": "grpo/C/s0", "seconds": 120.0, "status": "done"},
+        {"stage": "train", "unit": "*", "seconds": 121.0, "status": "stage"},
+        {"stage": "report", "unit": "*", "seconds": 3.0, "status": "stage"},
+    ]
+    rows = {r["stage"]: r for r in cost_rows(timings)}
+    assert set(rows) == {"base", "train"}
+    assert (rows["base"]["units"], rows["base"]["attempts"]) == (2, 3)
+    assert rows["base"]["unit_seconds"] == 1140.0 and rows["base"]["wall_seconds"] == 250.0
+    data = _data({}, problems=20)
+    data = StudyData(data.name, data.per_seed, data.level, data.categories, timings)
+    text = make_summary(data, tmp_path).read_text().split("## Cost")[1]
+    assert "In all 0.3 hours of unit time and 0.1 hours of recorded stage wall time" in text
+    assert "| base | 2 | 3 | 19.0 | 4.2 |" in text
