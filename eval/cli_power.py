@@ -15,6 +15,7 @@ from passkt.eval.power import (
     PowerAnswer,
     counts_at,
     required_problems,
+    seed_level_power,
     smallest_change,
     smoothed_rates,
 )
@@ -29,6 +30,8 @@ examples:
   passkt power runs/base --delta 0.05 --k 1 --T 5
   passkt power runs/base --problems 100
       the smallest boundary change 100 problems detect (a gain; add --loss for a loss)
+  passkt power runs/base-s0 runs/base-s1 runs/base-s2 --delta 0.04
+      each base's answer, then the seed-level test's power over the three (one training each)
 """
 
 
@@ -42,7 +45,13 @@ def add_parser(subparsers: Any) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("run", type=Path, help="a finished base evaluation (run directory)")
+    p.add_argument(
+        "run",
+        type=Path,
+        nargs="+",
+        help="a finished base evaluation (run directory); several: independently pretrained "
+        "bases of one recipe on the same problems, for the seed-level test's power (--delta)",
+    )
     p.add_argument("--delta", type=float, help="the change of pass@(k, T) to detect, e.g. 0.04")
     p.add_argument("--problems", type=_positive_int, help="find the smallest change P detects")
     p.add_argument("--loss", action="store_true", help="with --problems: the smallest loss")
@@ -81,19 +90,41 @@ def answer_markdown(answer: PowerAnswer, budget: int, run: str) -> str:
 def run_power(args: argparse.Namespace) -> int:
     if (args.delta is None) == (args.problems is None):
         raise ValueError("give --delta (problems needed) or --problems (smallest change), not both")
-    _, table = load_run(args.run)
-    budget = max(table.budgets) if args.budget is None else args.budget
-    counts = counts_at(table.correct, table.budgets, budget)
-    n = args.samples or table.n
+    if len(args.run) > 1 and args.delta is None:
+        raise ValueError("several runs: give --delta (the seed-level test's power for that change)")
+    tables = [load_run(path)[1] for path in args.run]
+    budget = max(tables[0].budgets) if args.budget is None else args.budget
+    shared = set(tables[0].task_ids).intersection(*(t.task_ids for t in tables[1:]))
+    if len(shared) < 2:
+        raise ValueError(f"{args.run[-1]}: shares fewer than 2 problems with {args.run[0]}")
+    ids = sorted(shared)
+    n = args.samples or tables[0].n
     k = n if args.k is None else args.k
     if k > n:
         raise ValueError(f"--k {k} is more than the samples per problem (n = {n})")
-    rates = smoothed_rates(counts, table.n)
-    common = dict(n=n, k=k, level=args.level, power=args.power, sims=args.sims, seed=args.seed)
-    if args.delta is not None:
-        answer = required_problems(rates, delta=args.delta, **common)
-    else:
-        direction = -1.0 if args.loss else 1.0
-        answer = smallest_change(rates, problems=args.problems, direction=direction, **common)
-    print(answer_markdown(answer, budget, str(args.run)), end="")
+    common = dict(n=n, k=k, level=args.level, sims=args.sims, seed=args.seed)
+    bases = []
+    for path, table in zip(args.run, tables, strict=True):
+        counts = counts_at(table.correct, table.budgets, budget)
+        rates = smoothed_rates(counts, table.n)
+        if args.delta is not None:
+            answer = required_problems(rates, delta=args.delta, power=args.power, **common)
+        else:
+            direction = -1.0 if args.loss else 1.0
+            answer = smallest_change(
+                rates, problems=args.problems, direction=direction, power=args.power, **common
+            )
+        print(answer_markdown(answer, budget, str(path)), end="")
+        index = {task: i for i, task in enumerate(table.task_ids)}
+        bases.append(rates[[index[task] for task in ids]])
+    if len(bases) > 1:
+        power = seed_level_power(bases, delta=args.delta, problems=len(ids), **common)
+        what = "the boundary" if k == n else f"pass@{k}"
+        print(
+            f"\nseed-level test over these {len(bases)} bases (one trained policy each) and "
+            f"their {len(ids)} shared problems: power {power:.3f} to find a change of {what} at "
+            f"T = {budget} of {args.delta:+g} at level {args.level}, when every replicate "
+            "changes by exactly that much (an upper bound: replicates whose changes differ "
+            "lower it; a verdict needs 3 or more bases)."
+        )
     return 0

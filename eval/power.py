@@ -32,11 +32,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from passkt.eval.intervals import paired_gap_intervals
+from passkt.eval.seeds import seed_level_counts
 
 __all__ = [
     "PowerAnswer",
     "power_at",
     "required_problems",
+    "seed_level_power",
     "shifted_rates",
     "smallest_change",
     "smoothed_rates",
@@ -251,6 +253,53 @@ def smallest_change(
     return PowerAnswer(
         k, n, level, power, base_value, problems, direction * high, achieved, "delta", tuple(tried)
     )
+
+
+def seed_level_power(
+    bases: Sequence[np.ndarray],
+    *,
+    delta: float,
+    problems: int,
+    n: int,
+    k: int,
+    level: float = 0.05,
+    sims: int = DEFAULT_SIMS,
+    seed: int = 0,
+) -> float:
+    """Power of the seed-level test (:mod:`passkt.eval.seeds`) with one replicate per base.
+
+    Each base's rates (``(Q,)``, the same Q problems for every base) are moved by its own logit
+    shift so that its population pass@k changes by exactly ``delta``; a simulated study draws P
+    problems (shared by every replicate), n outcomes per problem and policy, and runs the
+    seed-level test at ``1 - level`` confidence. The replicates differ only as the bases do, and
+    every replicate's true change is ``delta``: with a between-replicate spread of the change the
+    power is lower, so this is an upper bound for the seed-level rule.
+
+    Raises:
+        ValueError: If the bases hold different numbers of problems, or ``delta`` leaves (0, 1).
+    """
+    bases = [np.asarray(b, dtype=np.float64) for b in bases]
+    if not bases or len({b.size for b in bases}) != 1:
+        raise ValueError("the bases must hold rates of the same problems, one array each")
+    if problems < 2:
+        raise ValueError(f"problems must be >= 2, got {problems}")
+    if not 1 <= k <= n:
+        raise ValueError(f"k must lie in 1..n = {n}, got {k}")
+    trained = [shifted_rates(b, k, delta) for b in bases]
+    rng = np.random.default_rng(seed)
+    direction = 1.0 if delta >= 0 else -1.0
+    hits = 0
+    for start in range(0, sims, 500):
+        size = min(500, sims - start)
+        drawn = rng.integers(bases[0].size, size=(problems, size))
+        pairs = [
+            ((rng.binomial(n, b[drawn]), n), [(rng.binomial(n, t[drawn]), n)])
+            for b, t in zip(bases, trained, strict=True)
+        ]
+        test = seed_level_counts(pairs, k=k, budget=0, level=1.0 - level)
+        found = test.lower > 0 if direction > 0 else test.upper < 0
+        hits += int(np.sum(found))
+    return hits / sims
 
 
 def _check_power(power: float, level: float) -> None:

@@ -28,7 +28,13 @@ from typing import Any
 import numpy as np
 
 from passkt.eval.estimator import pass_at_k_array
-from passkt.eval.power import required_problems, smallest_change, smoothed_rates
+from passkt.eval.power import (
+    required_problems,
+    seed_level_power,
+    smallest_change,
+    smoothed_rates,
+    true_pass_at_k,
+)
 from passkt.eval.seeds import MIN_SEEDS, SeedTest, seed_level_counts
 
 __all__ = [
@@ -415,9 +421,14 @@ def _t_section(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
     P = len(spec["task_ids"])
     kinds = ["base", *_kinds(spec)]
     by_role = _replicates(runs)
+    seeds = _complete_seeds(by_role, _kinds(spec))
     rows = []
     for kind in kinds:
-        reps = list(by_role[kind].values())
+        reps = [
+            run
+            for seed, run in sorted(by_role[kind].items())
+            if seed in seeds or (kind == "base" and seed == SHARED)
+        ]
         for label, value in (
             ("boundary (problems)", lambda r, j: float((r.correct[:, j] > 0).sum())),
             ("pass@1", lambda r, j: float(pass_at_k_array(r.n, r.correct[:, j], 1).mean())),
@@ -436,8 +447,11 @@ def _t_section(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
         cells = [_fmt_test(seed_test(spec, kind, None, t, data.level)) for t in budgets]
         rows.append([f"{kind} − base", f"pass@({n}, T), seed-level", *cells])
     header = ["policy", "per T (mean over replicates)", *(f"T = {t}" for t in budgets)]
+    which = ", ".join(str(s) for s in sorted(seeds))
     return (
-        f"Per T, {P} problems, n = {n}. PASS@(k, T) need not rise with T: an episode with a "
+        f"Per T, {P} problems, n = {n}; the policy rows are means over the replicates that hold "
+        f"the base and every trained policy (seeds {which or 'none'}), so a row's difference "
+        "from the base's is a paired one. PASS@(k, T) need not rise with T: an episode with a "
         "larger budget may search where a smaller one was made to answer, and a search can lead "
         "away from the answer; a trained policy that answers before the cut-off gains at T_max "
         "without new capability. Read a T_max change against the same change at smaller T and "
@@ -447,33 +461,76 @@ def _t_section(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
     )
 
 
+def _complete_seeds(by_role: dict[str, dict[int, RunCounts]], kinds: Sequence[str]) -> set[int]:
+    """Seeds with the base (their own or the shared one) and every trained kind."""
+    seeds = set.intersection(*(set(by_role.get(k, {})) for k in kinds)) if kinds else set()
+    if SHARED not in by_role.get("base", {}):
+        seeds &= set(by_role.get("base", {}))
+    return seeds
+
+
 def _power_line(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
-    """``passkt power``'s answer for the pooled bases, beside the P used."""
-    by_role = _replicates(spec["runs"])
-    bases = list(by_role["base"].values())
+    """``passkt power``'s answer for each base, beside the P used (the CLI's own functions, on
+    that base's counts at T_max: ``passkt power RUN --delta 0.04 --sims 400`` gives the same)."""
+    bases = sorted(_replicates(spec["runs"])["base"].items())
+    if not bases:
+        return ""
     j = len(spec["budgets"]) - 1
-    n = min(r.n for r in bases)
-    rates = np.mean([smoothed_rates(r.correct[:, j], r.n) for r in bases], axis=0)
     P = len(spec["task_ids"])
     t_max = max(spec["budgets"])
     alpha = round(1 - data.level, 6)
-    try:
-        need = required_problems(rates, delta=POWER_DELTA, n=n, k=n, level=alpha, sims=POWER_SIMS)
-        needed = f"{need.problems} problems give power {need.achieved:.2f}"
-    except ValueError as e:
-        needed = str(e)
-    try:
-        least = smallest_change(rates, problems=P, n=n, k=n, level=alpha, sims=POWER_SIMS)
-        detect = f"the {P} problems used detect a gain of {least.delta:+.3f} with power 0.8"
-    except ValueError as e:
-        detect = str(e)
+    answers = []
+    for seed, run in bases:
+        rates = smoothed_rates(run.correct[:, j], run.n)
+        common = dict(n=run.n, k=run.n, level=alpha, sims=POWER_SIMS)
+        try:
+            need = required_problems(rates, delta=POWER_DELTA, **common)
+            needed = f"{need.problems} problems (power {need.achieved:.2f})"
+        except ValueError as e:
+            needed = f"none: {e}"
+        detect = []
+        for direction, word in ((1.0, "gain"), (-1.0, "loss")):
+            try:
+                least = smallest_change(rates, problems=P, direction=direction, **common)
+                detect.append(f"a {word} of {least.delta:+.3f}")
+            except ValueError as e:
+                detect.append(f"no {word}: {e}")
+        name = "the base" if seed == SHARED else f"base seed {seed}"
+        answers.append(
+            f"{name} (pass@({run.n}, {t_max}) {true_pass_at_k(rates, run.n):.3f} under its "
+            f"smoothed rates, {float((run.correct[:, j] > 0).mean()):.3f} observed) needs "
+            f"{needed} for a {POWER_DELTA:+.2f} change; the {P} problems used detect "
+            + " and ".join(detect)
+        )
+    if len(bases) >= MIN_SEEDS:
+        try:
+            rates = [smoothed_rates(run.correct[:, j], run.n) for _, run in bases]
+            n = min(run.n for _, run in bases)
+            power = seed_level_power(
+                rates, delta=POWER_DELTA, problems=P, n=n, k=n, level=alpha, sims=POWER_SIMS
+            )
+            seed_level = (
+                f"The seed-level test over these {len(bases)} bases and {P} problems finds a "
+                f"{POWER_DELTA:+.2f} change with power {power:.2f} when every replicate changes "
+                f"by exactly that much (`passkt power` with the {len(bases)} base runs); "
+                "replicates whose changes differ lower it (S - 1 degrees of freedom for the "
+                "between-replicate part), as the table's se eval / seed columns show."
+            )
+        except ValueError as e:
+            seed_level = f"The seed-level test's power: none ({e})."
+    else:
+        seed_level = (
+            "The seed-level test adds the between-replicate variance (S - 1 degrees of freedom "
+            f"for S replicates) and gives a verdict only from {MIN_SEEDS} bases, so its power "
+            "is lower wherever the replicates' changes differ; the table's se eval / seed "
+            "columns show how much."
+        )
     return (
-        f"Power (`passkt power`, from the bases' own per-problem rates at T = {t_max}, "
-        f"{POWER_SIMS} simulated paired comparisons per point, level {alpha}): to detect a "
-        f"{POWER_DELTA:+.2f} change of pass@({n}, {t_max}) in one trained-vs-base comparison, "
-        f"{needed}; {detect}. The seed-level test adds the between-replicate variance (S - 1 "
-        "degrees of freedom for S replicates), so its power is lower wherever the "
-        "replicates' changes differ; the table's se eval / seed columns show how much.\n"
+        f"Power (`passkt power BASE --delta {POWER_DELTA} --sims {POWER_SIMS}` per base, from "
+        f"its per-problem rates at T = {t_max} smoothed to (c + 1/2) / (n + 1), level {alpha}, "
+        "power 0.8, one trained-vs-base comparison): " + "; ".join(answers) + ". The smoothing "
+        "lets a never-solved problem be solved in the simulation, which puts the simulated "
+        "boundary above the observed one and leaves less room for a gain. " + seed_level + "\n"
     )
 
 
@@ -627,7 +684,7 @@ def make_summary(data: StudyData, out: Path) -> Path:
                     _fmt_test(t),
                     f"{t.p_value:.2g}",
                     per,
-                    f"{t.se_eval:.3f} / {t.se_seed:.3f}",
+                    f"{t.se_eval:.3f} / " + (f"{t.se_seed:.3f}" if t.seeds > 1 else "n/a"),
                     v.word,
                 ]
             )

@@ -14,6 +14,7 @@ import pytest
 from passkt.eval.power import (
     power_at,
     required_problems,
+    seed_level_power,
     shifted_rates,
     smallest_change,
     smoothed_rates,
@@ -102,6 +103,25 @@ def test_the_command_answers_both_ways(base_run, capsys):
     assert "30 problems detect a change of pass@1" in capsys.readouterr().out
 
 
+def test_several_bases_give_the_seed_level_power(base_run, tmp_path, capsys):
+    from passkt.cli import main
+    from passkt.eval.evaluate import evaluate
+
+    other = tmp_path / "base-s1"
+    evaluate(
+        "BridgeQA-v0", "scripted:heuristic", n=8, limit=30, out_dir=other, progress=False, seed=1
+    )
+    assert main(["power", base_run, str(other), "--delta", "0.2", "--sims", "200"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("problems detect a change of the boundary") == 2
+    line = next(x for x in out.splitlines() if x.startswith("seed-level test over these 2 bases"))
+    power = float(line.split("power ")[1].split(" ")[0])
+    assert 0.0 <= power <= 1.0 and "30 shared problems" in line
+    with pytest.raises(SystemExit):
+        main(["power", base_run, str(other), "--problems", "30"])
+    assert "several runs: give --delta" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -120,3 +140,45 @@ def test_bad_requests_are_one_line(base_run, capsys, args, message):
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def three_bases(base) -> list[np.ndarray]:
+    """Three pretrainings of one recipe: the same problems, each base a little off the others."""
+    rng = np.random.default_rng(3)
+    logit = np.log(base) - np.log1p(-base)
+    return [1 / (1 + np.exp(-(logit + rng.normal(0, 0.4, size=base.size)))) for _ in range(3)]
+
+
+def test_seed_level_power_holds_its_level_and_grows_with_the_change_and_the_problems(
+    three_bases,
+):
+    """A/A: a recipe that changes nothing is called a gain at most level / 2 of the time; a
+    change that moves every replicate is found more often with more problems, and less often
+    than one paired comparison finds it (the between-replicate part has S - 1 = 2 degrees of
+    freedom)."""
+    common = dict(n=N, k=N, level=0.05, sims=SIMS)
+    null = seed_level_power(three_bases, delta=0.0, problems=150, **common)
+    assert null <= 0.025 + 3.8 * math.sqrt(0.025 * 0.975 / SIMS)
+    small = seed_level_power(three_bases, delta=0.06, problems=100, **common)
+    large = seed_level_power(three_bases, delta=0.06, problems=800, **common)
+    assert small < large
+    assert large > 0.8  # the test has power, not only a level
+    one = power_at(three_bases[0], shifted_rates(three_bases[0], N, 0.06), problems=100, **common)
+    assert small < one
+
+
+def test_seed_level_power_is_met_by_a_fresh_simulation(three_bases):
+    """The promised power, re-simulated with another seed, within binomial tolerance."""
+    common = dict(delta=0.05, problems=200, n=N, k=N, level=0.05, sims=SIMS)
+    promised = seed_level_power(three_bases, seed=0, **common)
+    again = seed_level_power(three_bases, seed=1, **common)
+    tolerance = 3.8 * math.sqrt(2 * promised * (1 - promised) / SIMS)
+    assert abs(again - promised) <= tolerance
+
+
+def test_seed_level_power_names_bad_input(three_bases):
+    with pytest.raises(ValueError, match="same problems"):
+        seed_level_power([three_bases[0], three_bases[1][:50]], delta=0.04, problems=50, n=N, k=N)
+    with pytest.raises(ValueError, match="leave"):
+        seed_level_power(three_bases, delta=0.9, problems=50, n=N, k=N)

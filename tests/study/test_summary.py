@@ -254,3 +254,26 @@ def test_cost_counts_every_attempt_and_says_what_a_killed_stage_lost(tmp_path):
     text = make_summary(data, tmp_path).read_text().split("## Cost")[1]
     assert "In all 0.3 hours of unit time and 0.1 hours of recorded stage wall time" in text
     assert "| base | 2 | 3 | 19.0 | 4.2 |" in text
+
+
+def test_the_power_line_quotes_passkt_powers_own_answer_per_base_and_the_seed_level_power(
+    tmp_path,
+):
+    """Each base's number is what ``passkt power BASE --delta 0.04 --sims 400`` computes from
+    that base's counts; with 3 bases the seed-level test's power follows, and a larger effect
+    of the same study has more of it."""
+    from passkt.eval.power import required_problems, smoothed_rates
+    from passkt.study.summary import POWER_DELTA, POWER_SIMS
+
+    data = _data({"C": {"RL": 0.5}}, problems=200, n=16)
+    text = make_summary(data, tmp_path).read_text()
+    line = next(x for x in text.split("## C:")[1].splitlines() if x.startswith("Power"))
+    base1 = next(r for r in data.categories["C"]["runs"] if r.role == "base" and r.seed == 1)
+    rates = smoothed_rates(base1.correct[:, -1], base1.n)
+    need = required_problems(rates, delta=POWER_DELTA, n=16, k=16, level=0.05, sims=POWER_SIMS)
+    assert f"base seed 1 (pass@(16, 5) {need.base_pass_at_k:.3f} under its smoothed" in line
+    assert f"needs {need.problems} problems (power {need.achieved:.2f})" in line
+    assert "the 200 problems used detect a gain of +" in line and "and a loss of -" in line
+    assert "The seed-level test over these 3 bases and 200 problems finds a +0.04 change" in line
+    two = make_summary(_data({"C": {"RL": 0.5}}, seeds=2, problems=200), tmp_path / "two")
+    assert "gives a verdict only from 3 bases" in two.read_text()
