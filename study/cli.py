@@ -116,8 +116,12 @@ def _export(args: argparse.Namespace) -> int:
         study = pipeline.study_at(args.out, args.seeds)
         done = keep.export(study, args.to)
         runs = sum(len(names) for names in done["evaluations"].values())
-        print(f"kept {runs} evaluation(s) in {args.to / 'data'} and bases "
-              f"{', '.join(done['bases']) or '(none)'} in {args.to / keep.STATE_DIR}")  # fmt: skip
+        bases = ", ".join(done["bases"]) or "(none)"
+        print(
+            f"kept {runs} evaluation(s) in {args.to / 'data'}, bases {bases} in "
+            f"{args.to / keep.STATE_DIR} and {len(done['analyses'])} analysis table(s) in "
+            f"{args.to / keep.ANALYSIS_DIR}"
+        )
 
     return _guarded(work)
 

@@ -11,7 +11,10 @@ writes into ``results/powered``:
 - ``data/``: the compact counts of every finished evaluation (one file each, merged with the
   pieces exported before) and the study's timing lines: what ``summary.md`` is made from;
 - ``state/``: the stored profile, the splits and every finished base model (a few MB each), or
-  an unfinished pretraining's last checkpoint: what the next piece needs to start from.
+  an unfinished pretraining's last checkpoint: what the next piece needs to start from;
+- ``analysis/<cat>-s<seed>/``: each finished analyze unit's tables (strategy diversity, segment
+  perplexity; ``analysis.json`` and its Markdown), kilobytes: the analyses need the transcripts,
+  which are not kept, so a fresh checkout could not remake them.
 
 On a fresh checkout, ``passkt study restore results/powered --out runs/powered`` puts the state
 back, so the next piece (``passkt study run --out runs/powered --seeds 1``) trains from the same
@@ -32,15 +35,17 @@ from passkt.study.stages import Study, read_done
 from passkt.study.summary import DATA_DIR, write_data
 
 STATE_DIR = "state"
+ANALYSIS_DIR = "analysis"
+ANALYSIS_FILES = ("analysis.json", "diversity.md", "perplexity.md")
 
-__all__ = ["STATE_DIR", "export", "restore"]
+__all__ = ["ANALYSIS_DIR", "STATE_DIR", "export", "restore"]
 
 
 def export(study: Study, to: Path) -> dict[str, Any]:
     """Write the finished evaluations' counts into ``to/data`` and the state into ``to/state``.
 
     Returns:
-        What was written: evaluations per category, bases kept.
+        What was written: evaluations per category, bases kept, analyses kept.
     """
     made = [c for c in study.categories if (study.splits_dir(c) / "done.json").is_file()]
     study = replace(study, categories=made)  # categories never started have nothing to keep
@@ -68,8 +73,18 @@ def export(study: Study, to: Path) -> dict[str, Any]:
             _copy_tree(study.out / done["model"], state / done["model"])
         _copy_file(folder / "done.json", state / folder.name / "done.json")
         kept.append(folder.name)
+    analyses = []
+    for cat in study.categories:
+        for seed in study.seeds:
+            folder = study.analysis_dir(cat, seed)
+            if not (folder / "done.json").is_file():
+                continue
+            for name in ANALYSIS_FILES:
+                if (folder / name).is_file():
+                    _copy_file(folder / name, to / ANALYSIS_DIR / f"{cat}-s{seed}" / name)
+            analyses.append(f"{cat}-s{seed}")
     runs = {cat: [r.name for r in spec["runs"]] for cat, spec in data.categories.items()}
-    return {"evaluations": runs, "bases": kept}
+    return {"evaluations": runs, "bases": kept, "analyses": analyses}
 
 
 def restore(source: Path, out: Path) -> list[str]:

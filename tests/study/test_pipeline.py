@@ -624,13 +624,17 @@ def test_per_seed_bases_train_and_compare_each_replicate_from_its_own_pretrainin
         cli = [*passkt, "export", str(out), "--to", str(kept), "--seeds", seeds]
         done = subprocess.run(cli, capture_output=True, text=True, timeout=300)
         assert (
-            done.returncode == 0 and f"bases {'base' if seeds == '0' else 'base-p1'}" in done.stdout
+            done.returncode == 0
+            and f"bases {'base' if seeds == '0' else 'base-p1'} in" in done.stdout
         )
     assert sorted(p.name for p in (kept / "data/runs").iterdir()) == sorted(
         f"C-{r}-s{s}.json" for r in ("base", "SFT", "RL") for s in (0, 1))  # fmt: skip
     assert (kept / "state/base-p1/model/model.safetensors").is_file()
     assert not (kept / "state/base-p1/checkpoint").exists()
     assert not list(kept.rglob("*.jsonl.gz")) and not (kept / "state/eval").exists()
+    for seed in (0, 1):  # the analyses need transcripts a checkout lacks: their tables are kept
+        table = json.loads((kept / f"analysis/C-s{seed}/analysis.json").read_text())
+        assert table == json.loads((out / f"analysis/C/seed{seed}/analysis.json").read_text())
     subprocess.run([*passkt, "report", str(kept)], check=True, capture_output=True, timeout=300)
     summary = (kept / "summary.md").read_text().split("## Cost")[0]
     assert summary == (out / "report/summary.md").read_text().split("## Cost")[0]
