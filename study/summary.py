@@ -387,10 +387,30 @@ def claim_sentence(data: StudyData, found: list[Verdict]) -> str | None:
         holds = "does not hold: RL narrows the boundary on bridge"
     else:
         holds = "is not supported: RL's boundary change is within the noise on bridge"
+    others = [
+        boundary[("C", kind)]
+        for kind in KIND_ORDER
+        if kind != "RL" and ("C", kind) in boundary and boundary[("C", kind)].test.replicated
+    ]
+    context = ""
+    if others:
+        words = "; ".join(
+            f"{v.kind} − base {v.test.estimate:+.3f} [{v.test.lower:+.3f}, {v.test.upper:+.3f}], "
+            f"{v.word}"
+            for v in others
+        )
+        gains = [v.kind for v in others if v.word == "gain"]
+        specific = (
+            f"so a boundary gain on bridge is not specific to RL ({' and '.join(gains)} gain too)"
+            if widens_c and gains
+            else "for comparison"
+        )
+        context = f" The other recipes on bridge at the same cell: {words}; {specific}."
     return (
         f"The study's claim (RL widens the boundary on bridge but not on math) {holds} "
         f"(bridge {rl_c.test.estimate:+.3f} [{rl_c.test.lower:+.3f}, {rl_c.test.upper:+.3f}], "
         f"math {rl_a.test.estimate:+.3f} [{rl_a.test.lower:+.3f}, {rl_a.test.upper:+.3f}])."
+        + context
     )
 
 

@@ -277,3 +277,12 @@ def test_the_power_line_quotes_passkt_powers_own_answer_per_base_and_the_seed_le
     assert "The seed-level test over these 3 bases and 200 problems finds a +0.04 change" in line
     two = make_summary(_data({"C": {"RL": 0.5}}, seeds=2, problems=200), tmp_path / "two")
     assert "gives a verdict only from 3 bases" in two.read_text()
+
+
+def test_the_claim_sentence_says_whether_other_recipes_widen_bridge_too():
+    same = _data({"A": {"RL": 0.0}, "C": {"RL": 2.5, "SFT": 2.5}}, problems=400, n=8)
+    sentence = claim_sentence(same, verdicts(same))
+    assert "holds" in sentence and "not specific to RL (SFT gain too)" in sentence
+    only = _data({"A": {"RL": 0.0}, "C": {"RL": 2.5, "SFT": 0.0}}, problems=400, n=8)
+    sentence = claim_sentence(only, verdicts(only))
+    assert "SFT − base" in sentence and ", no change; for comparison." in sentence
