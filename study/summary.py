@@ -505,9 +505,12 @@ def _power_line(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
         common = dict(n=run.n, k=run.n, level=alpha, sims=POWER_SIMS)
         try:
             need = required_problems(rates, delta=POWER_DELTA, **common)
-            needed = f"{need.problems} problems (power {need.achieved:.2f})"
+            needed = (
+                f"needs {need.problems} problems (power {need.achieved:.2f}) for a "
+                f"{POWER_DELTA:+.2f} change"
+            )
         except ValueError as e:
-            needed = f"none: {e}"
+            needed = f"has no room for a {POWER_DELTA:+.2f} change ({e})"
         detect = []
         for direction, word in ((1.0, "gain"), (-1.0, "loss")):
             try:
@@ -518,26 +521,29 @@ def _power_line(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
         name = "the base" if seed == SHARED else f"base seed {seed}"
         answers.append(
             f"{name} (pass@({run.n}, {t_max}) {true_pass_at_k(rates, run.n):.3f} under its "
-            f"smoothed rates, {float((run.correct[:, j] > 0).mean()):.3f} observed) needs "
-            f"{needed} for a {POWER_DELTA:+.2f} change; the {P} problems used detect "
-            + " and ".join(detect)
+            f"smoothed rates, {float((run.correct[:, j] > 0).mean()):.3f} observed) "
+            f"{needed}; the {P} problems used detect " + " and ".join(detect)
         )
     if len(bases) >= MIN_SEEDS:
-        try:
-            rates = [smoothed_rates(run.correct[:, j], run.n) for _, run in bases]
-            n = min(run.n for _, run in bases)
-            power = seed_level_power(
-                rates, delta=POWER_DELTA, problems=P, n=n, k=n, level=alpha, sims=POWER_SIMS
-            )
-            seed_level = (
-                f"The seed-level test over these {len(bases)} bases and {P} problems finds a "
-                f"{POWER_DELTA:+.2f} change with power {power:.2f} when every replicate changes "
-                f"by exactly that much (`passkt power` with the {len(bases)} base runs); "
-                "replicates whose changes differ lower it (S - 1 degrees of freedom for the "
-                "between-replicate part), as the table's se eval / seed columns show."
-            )
-        except ValueError as e:
-            seed_level = f"The seed-level test's power: none ({e})."
+        rates = [smoothed_rates(run.correct[:, j], run.n) for _, run in bases]
+        n = min(run.n for _, run in bases)
+        found = []
+        for delta in (POWER_DELTA, -POWER_DELTA):
+            try:
+                power = seed_level_power(
+                    rates, delta=delta, problems=P, n=n, k=n, level=alpha, sims=POWER_SIMS
+                )
+                found.append(f"a {delta:+.2f} change with power {power:.2f}")
+            except ValueError:
+                found.append(f"no {delta:+.2f} change (a base has no room for it)")
+        seed_level = (
+            f"The seed-level test over these {len(bases)} bases and {P} problems finds "
+            + " and ".join(found)
+            + " when every replicate changes by exactly that much (`passkt power` with the "
+            f"{len(bases)} base runs); replicates whose changes differ lower it (S - 1 degrees "
+            "of freedom for the between-replicate part), as the table's se eval / seed columns "
+            "show."
+        )
     else:
         seed_level = (
             "The seed-level test adds the between-replicate variance (S - 1 degrees of freedom "

@@ -275,6 +275,7 @@ def test_the_power_line_quotes_passkt_powers_own_answer_per_base_and_the_seed_le
     assert f"needs {need.problems} problems (power {need.achieved:.2f})" in line
     assert "the 200 problems used detect a gain of +" in line and "and a loss of -" in line
     assert "The seed-level test over these 3 bases and 200 problems finds a +0.04 change" in line
+    assert "and a -0.04 change with power" in line
     two = make_summary(_data({"C": {"RL": 0.5}}, seeds=2, problems=200), tmp_path / "two")
     assert "gives a verdict only from 3 bases" in two.read_text()
 
