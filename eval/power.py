@@ -117,10 +117,7 @@ def power_at(
         sims: Simulated studies.
         seed: Seed of the simulation.
     """
-    if problems < 2:
-        raise ValueError(f"problems must be >= 2, got {problems}")
-    if not 1 <= k <= n:
-        raise ValueError(f"k must lie in 1..n = {n}, got {k}")
+    _check_study(problems, n, k)
     rng = np.random.default_rng(seed)
     base, trained = np.asarray(base), np.asarray(trained)
     direction = np.sign(true_pass_at_k(trained, k) - true_pass_at_k(base, k)) or 1.0
@@ -281,10 +278,7 @@ def seed_level_power(
     bases = [np.asarray(b, dtype=np.float64) for b in bases]
     if not bases or len({b.size for b in bases}) != 1:
         raise ValueError("the bases must hold rates of the same problems, one array each")
-    if problems < 2:
-        raise ValueError(f"problems must be >= 2, got {problems}")
-    if not 1 <= k <= n:
-        raise ValueError(f"k must lie in 1..n = {n}, got {k}")
+    _check_study(problems, n, k)
     trained = [shifted_rates(b, k, delta) for b in bases]
     rng = np.random.default_rng(seed)
     direction = 1.0 if delta >= 0 else -1.0
@@ -300,6 +294,13 @@ def seed_level_power(
         found = test.lower > 0 if direction > 0 else test.upper < 0
         hits += int(np.sum(found))
     return hits / sims
+
+
+def _check_study(problems: int, n: int, k: int) -> None:
+    if problems < 2:
+        raise ValueError(f"problems must be >= 2, got {problems}")
+    if not 1 <= k <= n:
+        raise ValueError(f"k must lie in 1..n = {n}, got {k}")
 
 
 def _check_power(power: float, level: float) -> None:
