@@ -24,18 +24,17 @@ from passkt.eval.estimator import surface
 from passkt.eval.evaluate import env_info
 from passkt.eval.stats import bootstrap_surface, surface_interval
 from passkt.eval.store import load_run, read_run
-from passkt.study.stages import ROLES, STAGES, Study, floor_names, read_done, run_name
-from passkt.study.summary import (
+from passkt.study.counts import (
     DATA_DIR,
     SHARED,
-    SUMMARY_FILE,
     RunCounts,
     StudyData,
     episode_counts,
-    make_summary,
     read_data,
     write_data,
 )
+from passkt.study.stages import ROLES, STAGES, Study, floor_names, read_done, run_name
+from passkt.study.summary import SUMMARY_FILE, make_summary
 from passkt.study.testbed.corpus import episode_entities, task_entities
 from passkt.study.testbed.pretrain import PretrainConfig
 

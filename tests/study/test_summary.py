@@ -12,18 +12,16 @@ import sys
 import numpy as np
 import pytest
 
-from passkt.study.summary import (
+from passkt.study.counts import (
     SHARED,
     DataError,
     RunCounts,
     StudyData,
-    claim_sentence,
     episode_counts,
-    make_summary,
     read_data,
-    verdicts,
     write_data,
 )
+from passkt.study.summary import claim_sentence, make_summary, verdicts
 
 BUDGETS = [0, 1, 2, 3, 5]
 
