@@ -7,6 +7,9 @@ trailing axis of the counts, so 1000 runs cost one vectorised call). The target 
 is the population value: the mean over the regime's problem distribution, which a new benchmark
 of the same size and a new evaluation would both redraw.
 
+The same simulations check pass^k (``metric="pass^k"``): its cells and its paired gaps run through
+the same interval code with the metric switched, against the population value ``mean p ** k``.
+
 Used by ``tests/eval/test_calibration.py`` (the proof) and ``benchmarks/calibration.py`` (the
 table in ``benchmarks/README.md``).
 """
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from passkt.eval.estimator import METRICS, Metric
 from passkt.eval.intervals import holm, paired_gap_intervals, pass_at_k_interval, pass_at_k_table
 from passkt.eval.stats import bootstrap_means
 
@@ -56,7 +60,8 @@ class CalibrationRow:
         method: ``"score"`` or ``"bootstrap"``.
         target: What was measured: ``coverage pass@k``, ``coverage gap@k``, ``coverage boundary
             difference``, ``A/A headline``, ``A/A cell k=n`` or ``A/A any cell`` (with the
-            correction used).
+            correction used); for pass^k ``coverage pass^k`` and ``coverage gap^k`` (every k:
+            pass^n is not a boundary).
         k: The k, or ``None``.
         rate: Coverage (nominal: the level) or false-positive rate (nominal: 1 - level).
         runs: Simulated runs.
@@ -68,6 +73,7 @@ class CalibrationRow:
     k: int | None
     rate: float
     runs: int
+    metric: Metric = "pass@k"
 
     def tolerance(self, level: float, sigmas: float = 3.0) -> float:
         """``sigmas`` binomial standard errors of a rate at its nominal value over the runs."""
@@ -75,13 +81,20 @@ class CalibrationRow:
         return sigmas * float(np.sqrt(nominal * (1 - nominal) / self.runs))
 
 
-def _truth(regime: str, ks: Sequence[int], n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Population pass@k of a and of ``sharpen(a)``, from a million problems (error ~1e-4)."""
+def _truth(
+    regime: str, ks: Sequence[int], n: int, seed: int, metric: Metric = "pass@k"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Population pass@k (or pass^k) of a and of ``sharpen(a)``, from a million problems
+    (error ~1e-4)."""
     p = REGIMES[regime](np.random.default_rng([seed, 1]), (1_000_000,))
     k = np.asarray(ks, dtype=np.float64)[:, None]
-    a = (1 - (1 - p[None, :]) ** k).mean(axis=1)
-    b = (1 - (1 - sharpen(p)[None, :]) ** k).mean(axis=1)
-    return a, b
+
+    def population(q: np.ndarray) -> np.ndarray:
+        if metric == "pass^k":
+            return (q[None, :] ** k).mean(axis=1)
+        return (1 - (1 - q[None, :]) ** k).mean(axis=1)
+
+    return population(p), population(sharpen(p))
 
 
 def _bootstrap_ci(values: np.ndarray, level: float, n_boot: int, seed: int):
@@ -104,18 +117,22 @@ def calibrate(
     level: float = 0.95,
     n_boot: int = 1000,
     seed: int = 0,
+    metric: Metric = "pass@k",
 ) -> list[CalibrationRow]:
     """Coverage of pass@k, gap and boundary-difference intervals, and A/A false positives.
 
     Each of ``runs`` simulated studies draws ``num_problems`` problems from the regime, then
     three independent evaluations with ``n`` samples each: run a, its repeat a' (for A/A) and a
-    run b whose problems are ``sharpen``-ed (for the gaps). ``ks`` must end with ``n``.
+    run b whose problems are ``sharpen``-ed (for the gaps). ``ks`` must end with ``n``. With
+    ``metric="pass^k"`` the same studies measure pass^k's intervals instead.
 
     Returns:
         One :class:`CalibrationRow` per (target, k).
     """
     if method not in ("score", "bootstrap"):
         raise ValueError(f"method must be 'score' or 'bootstrap', got {method!r}")
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     ks = tuple(ks)
     if ks[-1] != n:
         raise ValueError(f"ks must end with n = {n} (the boundary), got {ks}")
@@ -124,16 +141,16 @@ def calibrate(
     counts_a = rng.binomial(n, p)
     counts_again = rng.binomial(n, p)
     counts_b = rng.binomial(n, sharpen(p))
-    truth_a, truth_b = _truth(regime, ks, n, seed)
-    table = pass_at_k_table(n, ks)  # (K, n + 1)
+    truth_a, truth_b = _truth(regime, ks, n, seed, metric)
+    table = pass_at_k_table(n, ks, metric)  # (K, n + 1)
 
     def per_problem(counts: np.ndarray) -> np.ndarray:
         return np.moveaxis(table[:, counts], 0, 1)  # (P, K, R)
 
     if method == "score":
-        _, lo, hi = pass_at_k_interval(counts_a, n, ks, level)  # (K, R)
-        gap = paired_gap_intervals(counts_a, n, counts_b, n, ks, level)
-        aa = paired_gap_intervals(counts_a, n, counts_again, n, ks, level)
+        _, lo, hi = pass_at_k_interval(counts_a, n, ks, level, metric)  # (K, R)
+        gap = paired_gap_intervals(counts_a, n, counts_b, n, ks, level, metric)
+        aa = paired_gap_intervals(counts_a, n, counts_again, n, ks, level, metric)
         gap_lo, gap_hi = gap.gap_lower, gap.gap_upper
         aa_p, aa_wide_p = aa.gap_p, aa.widening_p
     else:
@@ -149,17 +166,20 @@ def calibrate(
     rows = []
 
     def row(target: str, k: int | None, hits: np.ndarray) -> None:
-        rows.append(CalibrationRow(regime, method, target, k, float(np.mean(hits)), runs))
+        rate = float(np.mean(hits))
+        rows.append(CalibrationRow(regime, method, target, k, rate, runs, metric))
 
     for i, k in enumerate(ks):
-        row("coverage pass@k", k, (lo[i] <= truth_a[i]) & (truth_a[i] <= hi[i]))
-    for i, k in enumerate(ks[:-1]):
-        row("coverage gap@k", k, (gap_lo[i] <= truth_gap[i]) & (truth_gap[i] <= gap_hi[i]))
-    row(
-        "coverage boundary difference",
-        n,
-        (gap_lo[-1] <= truth_gap[-1]) & (truth_gap[-1] <= gap_hi[-1]),
-    )
+        row(f"coverage {metric}", k, (lo[i] <= truth_a[i]) & (truth_a[i] <= hi[i]))
+    gap_name = "coverage gap@k" if metric == "pass@k" else "coverage gap^k"
+    for i, k in enumerate(ks if metric == "pass^k" else ks[:-1]):
+        row(gap_name, k, (gap_lo[i] <= truth_gap[i]) & (truth_gap[i] <= gap_hi[i]))
+    if metric == "pass@k":
+        row(
+            "coverage boundary difference",
+            n,
+            (gap_lo[-1] <= truth_gap[-1]) & (truth_gap[-1] <= gap_hi[-1]),
+        )
     row("A/A headline (widening)", None, aa_wide_p < alpha)
     row("A/A cell k=n", n, aa_p[-1] < alpha)
     row("A/A any cell, uncorrected", None, (aa_p < alpha).any(axis=0))

@@ -34,6 +34,11 @@ within-problem variance exists (pass@k with 2k > n, e.g. the boundary k = n) the
 plug-in value that is biased upwards, so those intervals are conservative.
 ``benchmarks/calibration.py`` measures coverage and A/A false-positive rates by simulation.
 
+pass^k. Every interval here also serves pass^k (``metric="pass^k"``): the per-problem pass^k
+with c correct is pass@k's survival term at n - c, and n - c is Binomial(n, 1 - p), so the same
+within-problem variance table, read from the other end, is the exact (or plug-in) variance of
+pass^k. An all-zero pass^k cell gets the same non-zero upper limit as an all-zero pass@k cell.
+
 Multiple comparisons. A surface comparison tests one gap per (k, T) cell; reading all of them at
 level 0.05 finds a "significant" cell in most A/A comparisons. :func:`holm` adjusts the cells'
 p-values (Holm's step-down, valid under any dependence between cells).
@@ -48,12 +53,13 @@ from statistics import NormalDist
 
 import numpy as np
 
-from passkt.eval.estimator import pass_at_k_array
+from passkt.eval.estimator import Metric, pass_at_k_matrix
 
 __all__ = [
     "GapIntervals",
     "binomial_pmf_matrix",
     "holm",
+    "mover_gap_interval",
     "normal_interval",
     "paired_gap_intervals",
     "pass_at_k_interval",
@@ -123,18 +129,20 @@ def binomial_pmf_matrix(n: int) -> np.ndarray:
     return pmf  # (n + 1, n + 1)
 
 
-def pass_at_k_table(n: int, ks: Sequence[int]) -> np.ndarray:
-    """``table[i, c]`` = unbiased pass@ks[i] of a problem with c correct of n, shape (K, n + 1)."""
-    counts = np.arange(n + 1)
-    return np.stack([pass_at_k_array(n, counts, k) for k in ks])
+def pass_at_k_table(n: int, ks: Sequence[int], metric: Metric = "pass@k") -> np.ndarray:
+    """``table[i, c]`` = unbiased pass@ks[i] (or pass^ks[i]) of a problem with c correct of n,
+    shape (K, n + 1)."""
+    return pass_at_k_matrix(np.arange(n + 1), n, ks, metric)
 
 
 def _survival(n: int, j: int) -> np.ndarray:
     """``C(n - c, j) / C(n, j)`` for c = 0..n: unbiased for ``(1 - p) ** j`` (needs j <= n)."""
-    return 1.0 - pass_at_k_array(n, np.arange(n + 1), j) if j else np.ones(n + 1)
+    return 1.0 - pass_at_k_table(n, [j])[0] if j else np.ones(n + 1)
 
 
-def within_variance_table(n: int, terms: Sequence[tuple[float, int]]) -> np.ndarray:
+def within_variance_table(
+    n: int, terms: Sequence[tuple[float, int]], metric: Metric = "pass@k"
+) -> np.ndarray:
     """Within-problem variance of ``sum(a * pass@k for a, k in terms)``, for every count c.
 
     With ``q_k = (1 - p) ** k`` the statistic is a constant minus ``g = sum(a * Q_k)``, where
@@ -145,10 +153,16 @@ def within_variance_table(n: int, terms: Sequence[tuple[float, int]]) -> np.ndar
     n outcomes are Binomial(n, c / n), times ``n / (n - 1)``. The plug-in value is biased
     upwards for large k (Jensen's inequality), so those floors are conservative.
 
+    For ``metric="pass^k"`` the statistic is ``sum(a * pass^k)``; pass^k at count c is the
+    survival term at count n - c, and n - c is binomial too, so its variance is the pass@k table
+    read backwards.
+
     Returns:
         Array ``(n + 1,)``: ``out[c]`` for a problem with c correct of n (0 for n = 1). Single
         entries of the unbiased form can be negative; only their mean over problems is used.
     """
+    if metric == "pass^k":
+        return within_variance_table(n, terms)[::-1].copy()
     if n < 2:
         return np.zeros(n + 1)
     g = sum(a * _survival(n, k) for a, k in terms)
@@ -167,27 +181,18 @@ def _variance(values: np.ndarray, within: np.ndarray) -> np.ndarray:
     return np.maximum(observed, np.maximum(within.mean(axis=0), 0.0) / num)
 
 
-def score_interval(
-    values: np.ndarray, within: np.ndarray, level: float, n_eff_max: np.ndarray | float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Design-effect Wilson interval of a mean of per-problem values in [0, 1].
-
-    Args:
-        values: Per-problem estimates, shape ``(P, ...)``.
-        within: Their within-problem variances, same shape.
-        level: Confidence level.
-        n_eff_max: Effective sample size where the variance is 0 (every problem alike, no
-            sampling noise seen): ``P * n / k`` for pass@k, broadcast over ``values.shape[1:]``.
-
-    Returns:
-        ``(estimate, lower, upper, standard_error)``, each of shape ``values.shape[1:]``.
-    """
-    z = t_quantile(level, values.shape[0] - 1)
-    mean = values.mean(axis=0)
-    var = _variance(values, within)
-    cap = np.broadcast_to(np.asarray(n_eff_max, dtype=np.float64), mean.shape)
+def _wilson(
+    mean: np.ndarray,
+    var: np.ndarray,
+    z: np.ndarray | float,
+    cap: np.ndarray,
+    cap_always: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Design-effect Wilson limits of ``mean`` at variance ``var``; ``z`` may vary per cell."""
     with np.errstate(divide="ignore", invalid="ignore"):
         n_eff = np.where((var > 0) & (mean * (1 - mean) > 0), mean * (1 - mean) / var, cap)
+    if cap_always:
+        n_eff = np.minimum(n_eff, cap)
     n_eff = np.maximum(n_eff, 1.0)
     denom = 1 + z * z / n_eff
     centre = (mean + z * z / (2 * n_eff)) / denom
@@ -198,7 +203,87 @@ def score_interval(
     spread = np.where(mean * (1 - mean) > 0, 0.0, z * np.sqrt(var))
     lower = np.clip(np.minimum(centre - half, mean - spread), 0.0, 1.0)
     upper = np.clip(np.maximum(centre + half, mean + spread), 0.0, 1.0)
+    return lower, upper
+
+
+def score_interval(
+    values: np.ndarray,
+    within: np.ndarray,
+    level: float,
+    n_eff_max: np.ndarray | float,
+    *,
+    cap_always: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Design-effect Wilson interval of a mean of per-problem values in [0, 1].
+
+    Args:
+        values: Per-problem estimates, shape ``(P, ...)``.
+        within: Their within-problem variances, same shape.
+        level: Confidence level.
+        n_eff_max: Effective sample size where the variance is 0 (every problem alike, no
+            sampling noise seen): ``P * n / k`` for pass@k, broadcast over ``values.shape[1:]``.
+        cap_always: Bound the effective sample size by ``n_eff_max`` everywhere (pass^k: a mean
+            of tiny per-problem values, driven by the rare problems solved k times, has a
+            spread far below ``m (1 - m)``, and the Wilson form would then trust far more than
+            the ``P * n / k`` disjoint groups of k samples behind it).
+
+    Returns:
+        ``(estimate, lower, upper, standard_error)``, each of shape ``values.shape[1:]``.
+    """
+    z = t_quantile(level, values.shape[0] - 1)
+    mean = values.mean(axis=0)
+    var = _variance(values, within)
+    cap = np.broadcast_to(np.asarray(n_eff_max, dtype=np.float64), mean.shape)
+    lower, upper = _wilson(mean, var, z, cap, cap_always)
     return mean, lower, upper, np.sqrt(var)
+
+
+def mover_gap_interval(
+    values_a: np.ndarray,
+    within_a: np.ndarray,
+    values_b: np.ndarray,
+    within_b: np.ndarray,
+    level: float,
+    n_eff_max: np.ndarray | float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Paired MOVER interval of ``mean(b) - mean(a)`` from the two cells' Wilson intervals, and
+    the two-sided p-value that agrees with it (Newcombe 1998; Zou and Donner 2008).
+
+    The gap's limits recover the variance of each side from that side's own Wilson limit, with
+    the paired correlation of the per-problem values (taken as 0 when undefined, never below 0,
+    which only widens the interval). Where both cells are all zero the Student-t interval of the
+    gap collapses to [0, 0]; this one keeps the width of the two cells' upper limits.
+
+    Returns:
+        ``(lower, upper, p_value)``, each of shape ``values_a.shape[1:]``.
+    """
+    df = values_a.shape[0] - 1
+    ma, mb = values_a.mean(axis=0), values_b.mean(axis=0)
+    va, vb = _variance(values_a, within_a), _variance(values_b, within_b)
+    cap = np.broadcast_to(np.asarray(n_eff_max, dtype=np.float64), ma.shape)
+    da, db = values_a - ma, values_b - mb
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phi = (da * db).sum(axis=0) / np.sqrt((da**2).sum(axis=0) * (db**2).sum(axis=0))
+    phi = np.clip(np.nan_to_num(phi, nan=0.0), 0.0, 1.0)
+
+    def limits(z: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+        la, ua = _wilson(ma, va, z, cap, True)
+        lb, ub = _wilson(mb, vb, z, cap, True)
+        down = (mb - lb) ** 2 + (ua - ma) ** 2 - 2 * phi * (mb - lb) * (ua - ma)
+        up = (ub - mb) ** 2 + (ma - la) ** 2 - 2 * phi * (ub - mb) * (ma - la)
+        gap = mb - ma
+        return gap - np.sqrt(np.maximum(down, 0.0)), gap + np.sqrt(np.maximum(up, 0.0))
+
+    lower, upper = limits(t_quantile(level, df))
+    # p-value: the z (on the t scale) at which the interval first touches 0, by bisection.
+    lo, hi = np.zeros(ma.shape), np.full(ma.shape, 40.0)
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        low, high = limits(mid)
+        excludes = (low > 0) | (high < 0)
+        lo, hi = np.where(excludes, mid, lo), np.where(excludes, hi, mid)
+    p_value = _ERFC(t_to_z(lo, df) / math.sqrt(2)).astype(np.float64)
+    return lower, upper, p_value
 
 
 def normal_interval(
@@ -245,16 +330,19 @@ def holm(p_values: np.ndarray) -> np.ndarray:
     return out.reshape(np.shape(p_values))
 
 
-def pass_at_k_within(n: int, counts: np.ndarray, ks: Sequence[int]) -> np.ndarray:
-    """Within-problem variance of every pass@k: ``(P, K, ...)`` from counts ``(P, ...)``."""
-    table = np.stack([within_variance_table(n, [(1.0, k)]) for k in ks])  # (K, n + 1)
+def pass_at_k_within(
+    n: int, counts: np.ndarray, ks: Sequence[int], metric: Metric = "pass@k"
+) -> np.ndarray:
+    """Within-problem variance of every pass@k (or pass^k): ``(P, K, ...)`` from counts
+    ``(P, ...)``."""
+    table = np.stack([within_variance_table(n, [(1.0, k)], metric) for k in ks])  # (K, n + 1)
     return np.moveaxis(table[:, np.asarray(counts)], 0, 1)
 
 
 def pass_at_k_interval(
-    counts: np.ndarray, n: int, ks: Sequence[int], level: float
+    counts: np.ndarray, n: int, ks: Sequence[int], level: float, metric: Metric = "pass@k"
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean pass@k over problems with its score interval, from correct counts.
+    """Mean pass@k (or pass^k) over problems with its score interval, from correct counts.
 
     Args:
         counts: Correct counts ``(P, ...)`` (e.g. ``(P, T)``; any trailing axes are independent
@@ -262,15 +350,19 @@ def pass_at_k_interval(
         n: Samples per problem.
         ks: The k grid.
         level: Confidence level.
+        metric: ``"pass@k"`` (default) or ``"pass^k"``.
 
     Returns:
         ``(estimate, lower, upper)``, each ``(K, ...)``.
     """
     counts = np.asarray(counts)
-    values = np.moveaxis(pass_at_k_table(n, ks)[:, counts], 0, 1)  # (P, K, ...)
+    values = np.moveaxis(pass_at_k_table(n, ks, metric)[:, counts], 0, 1)  # (P, K, ...)
+    # With no spread at all, the disjoint groups of k samples are the independent units.
     cap = counts.shape[0] * n / np.asarray(ks, dtype=np.float64)
     cap = cap.reshape((len(ks),) + (1,) * (counts.ndim - 1))
-    mean, lower, upper, _ = score_interval(values, pass_at_k_within(n, counts, ks), level, cap)
+    within = pass_at_k_within(n, counts, ks, metric)
+    capped = metric == "pass^k"
+    mean, lower, upper, _ = score_interval(values, within, level, cap, cap_always=capped)
     return mean, lower, upper
 
 
@@ -298,6 +390,7 @@ def paired_gap_intervals(
     n_b: int,
     ks: Sequence[int],
     level: float,
+    metric: Metric = "pass@k",
 ) -> GapIntervals:
     """Gap and widening intervals of two independent evaluations of the same problems.
 
@@ -308,16 +401,32 @@ def paired_gap_intervals(
         n_b: Samples per problem of run b.
         ks: The k grid (every k at most ``min(n_a, n_b)``).
         level: Confidence level.
+        metric: ``"pass@k"`` (default) or ``"pass^k"``: what the gap is a gap of.
     """
     values, within, wide_within = [], [], []
     for counts, n in ((counts_a, n_a), (counts_b, n_b)):
         counts = np.asarray(counts)
-        table = pass_at_k_table(n, ks)  # (K, n + 1)
+        table = pass_at_k_table(n, ks, metric)  # (K, n + 1)
         values.append(np.moveaxis(table[:, counts], 0, 1))  # (P, K, ...)
-        within.append(pass_at_k_within(n, counts, ks))
+        within.append(pass_at_k_within(n, counts, ks, metric))
         wide_terms = [(1.0, ks[-1]), (-1.0, ks[0])]
-        wide_within.append(within_variance_table(n, wide_terms)[counts])
+        wide_within.append(within_variance_table(n, wide_terms, metric)[counts])
     diff = values[1] - values[0]
     gap = normal_interval(diff, within[0] + within[1], level, 1.0)
     wide = normal_interval(diff[:, -1] - diff[:, 0], wide_within[0] + wide_within[1], level, 2.0)
+    if metric == "pass^k":
+        # Where no problem (or one) is solved k times, the Student-t interval collapses; the
+        # gap's interval is then also at least the MOVER interval of the two Wilson cells, and
+        # its p-value the larger of the two, so that the interval and the test still agree.
+        cap = np.asarray(counts_a).shape[0] * min(n_a, n_b) / np.asarray(ks, dtype=np.float64)
+        cap = cap.reshape((len(ks),) + (1,) * (np.ndim(counts_a) - 1))
+        lower, upper, p_value = mover_gap_interval(
+            values[0], within[0], values[1], within[1], level, cap
+        )
+        gap = (
+            gap[0],
+            np.minimum(gap[1], lower),
+            np.maximum(gap[2], upper),
+            np.maximum(gap[3], p_value),
+        )
     return GapIntervals(*gap, *wide)

@@ -53,7 +53,16 @@ from passkt.eval.crossover import (
     parse_headline,
     with_significance,
 )
-from passkt.eval.estimator import Surface, check_ks, default_ks, pass_at_k_array, surface
+from passkt.eval.estimator import (
+    METRICS,
+    Metric,
+    Surface,
+    check_ks,
+    default_ks,
+    pass_at_k_array,
+    reliability_surface,
+    surface,
+)
 from passkt.eval.intervals import holm, paired_gap_intervals, pass_at_k_interval
 from passkt.eval.outcomes import OutcomeTable, Record, freeze_arrays
 
@@ -192,6 +201,8 @@ def bootstrap_surface(
 def surface_interval(surf: Surface, counts: np.ndarray, level: float = DEFAULT_LEVEL) -> SurfaceCI:
     """CIs with both variance sources for every (k, T) of a surface (``method="score"``).
 
+    Works for both metrics: a pass^k surface (``reliability_surface``) gets pass^k's intervals.
+
     Args:
         surf: The surface.
         counts: The run's correct counts ``(num_tasks, len(surf.budgets))`` in the surface's task
@@ -205,7 +216,7 @@ def surface_interval(surf: Surface, counts: np.ndarray, level: float = DEFAULT_L
             f"counts must have shape {(surf.num_tasks, len(surf.budgets))} (tasks, budgets), "
             f"got {counts.shape}; pass table.counts() of the surface's table"
         )
-    _, lower, upper = pass_at_k_interval(counts, surf.n, surf.ks, level)
+    _, lower, upper = pass_at_k_interval(counts, surf.n, surf.ks, level, surf.metric)
     args = (surf.name, surf.ks, surf.budgets, surf.values, lower, upper, level, 0, None)
     return SurfaceCI(*args, num_tasks=surf.num_tasks, method="score")
 
@@ -243,6 +254,7 @@ class Comparison(Record):
         widening_p: p-value of each T's widening.
         widening_p_holm: ``widening_p`` adjusted with Holm's method over the T's.
         headline: The pre-declared :class:`Headline` test.
+        metric: ``"pass@k"`` (default) or ``"pass^k"``: what the surfaces and gaps hold.
     """
 
     name_a: str
@@ -269,6 +281,7 @@ class Comparison(Record):
     widening_p: np.ndarray
     widening_p_holm: np.ndarray
     headline: Headline
+    metric: Metric = "pass@k"
 
     def __post_init__(self) -> None:
         arrays = ("surface_a", "surface_b", "gap", "gap_lower", "gap_upper", "gap_p", "gap_p_holm")
@@ -325,6 +338,7 @@ def compare(
     level: float = DEFAULT_LEVEL,
     method: Method = "score",
     headline: str | None = None,
+    metric: Metric = "pass@k",
 ) -> Comparison:
     """Paired comparison of ``b`` against ``a`` on their shared tasks.
 
@@ -342,6 +356,8 @@ def compare(
             ``"bootstrap"`` (the older percentile bootstrap over problems).
         headline: The pre-declared test, ``"widening@T"`` or ``"gap@K,T"`` (default: the
             widening at the largest T).
+        metric: ``"pass@k"`` (default) or ``"pass^k"``: the gaps of the reliability surface,
+            with the same intervals (pass^k's form of them) and the same Holm correction.
 
     Returns:
         A :class:`Comparison` with the gap, its CI and p-values (raw and Holm-adjusted) per
@@ -351,15 +367,19 @@ def compare(
     _check_boot(n_boot, level)
     if method not in METHOD_TEXT:
         raise ValueError(f"method must be one of {sorted(METHOD_TEXT)}, got {method!r}")
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     ks, budgets = _compare_grid(a, b, ks, budgets)
     kind, head_k, head_t = parse_headline(headline, ks, budgets)
     shared = _shared_tasks([a, b])
     sub_a = a.select(shared).select_budgets(budgets)
     sub_b = b.select(shared).select_budgets(budgets)
-    surf_a, surf_b = surface(sub_a, ks), surface(sub_b, ks)
+    make = surface if metric == "pass@k" else reliability_surface
+    surf_a, surf_b = make(sub_a, ks), make(sub_b, ks)
     diff = surf_b.per_problem - surf_a.per_problem  # (P, K, T)
     if method == "score":
-        g = paired_gap_intervals(sub_a.counts(), sub_a.n, sub_b.counts(), sub_b.n, ks, level)
+        counts = (sub_a.counts(), sub_a.n, sub_b.counts(), sub_b.n)
+        g = paired_gap_intervals(*counts, ks, level, metric)
         gap, gap_lower, gap_upper, gap_p = g.gap, g.gap_lower, g.gap_upper, g.gap_p
         widening_lower, widening_upper, widening_p = (
             g.widening_lower,
@@ -415,6 +435,7 @@ def compare(
         widening_p=widening_p,
         widening_p_holm=holm(widening_p),
         headline=head,
+        metric=metric,
     )
 
 
