@@ -28,6 +28,7 @@ from passkt.agents.specs import parse_env_kwargs, parse_spec
 from passkt.agents.threads import apply_threads
 from passkt.envs.contract import import_modules
 from passkt.envs.errors import PassktError
+from passkt.eval.estimator import reliability_surface
 from passkt.eval.evaluate import DEFAULT_BUDGETS, env_info, evaluate
 from passkt.eval.manifest import MANIFEST_FILE
 from passkt.eval.reports import Report, write_comparison, write_report
@@ -296,6 +297,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     )
     if args.no_report:
         print(surface_markdown(run.surface))
+        print(surface_markdown(reliability_surface(run.outcomes, run.surface.ks)))
         return 0
     report = write_report(out, ks=ks)
     print(report.markdown)
@@ -341,6 +343,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         headline=args.headline,
         repeats=_dir_list(args.repeats),
         peers=_dir_list(args.peers),
+        reliability_k=args.reliability_k,
     )
     print(report.markdown)
     print(f"passkt: comparison written to {report.out_dir}/")
@@ -466,8 +469,9 @@ def _add_report(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "report",
         help="tables and plots of one run",
-        description="PASS@(k,T) table (Markdown, CSV, JSON) with CIs over problems and samples, "
-        "boundary sets, heatmap and pass curves (PNG, SVG).",
+        description="PASS@(k,T) and pass^k(T) tables (Markdown, CSV, JSON) with CIs over problems "
+        "and samples, boundary sets, chance floors for envs that declare closed answer sets, "
+        "heatmaps and pass curves (PNG, SVG).",
         epilog=REPORT_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -484,7 +488,9 @@ def _add_compare(subparsers: Any) -> None:
         help="paired comparison of two or more runs",
         description="Gap pass@k(run) - pass@k(RUN_A) per (k, T) with paired CIs over problems and "
         "samples, cells significant after Holm's correction, one pre-declared headline test, the "
-        "crossover k, whether the gap widens with k, boundary sets and Venn counts.",
+        "crossover k, whether the gap widens with k, the same for pass^k (all k episodes "
+        "succeed), the change in boundary, pass@1 and pass^k per T in one table, boundary sets "
+        "and Venn counts, and chance floors for envs that declare closed answer sets.",
         epilog=COMPARE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -512,6 +518,12 @@ def _add_compare(subparsers: Any) -> None:
         metavar="widening@T|gap@K,T",
         help="the one test declared in advance, read without correction (default: the "
         "widening gap(k_max) - gap(k_min) at the largest T)",
+    )
+    p.add_argument(
+        "--reliability-k",
+        type=_positive_int,
+        metavar="K",
+        help="the k of pass^k in the boundary-and-reliability table (default min(8, n))",
     )
     _add_stats_options(p)
     p.set_defaults(func=_cmd_compare)

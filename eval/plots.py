@@ -151,11 +151,11 @@ def figure_surface_heatmap(surf: Surface, digits: int = 2, title: str | None = N
     ax.set_xlabel("k (samples per problem)")
     ax.set_ylabel("T (max tool calls)")
     ax.set_title(
-        title or f"PASS@(k,T): {surf.name}  ({surf.num_tasks} problems, n = {surf.n})",
+        title or f"{surf.title}: {surf.name}  ({surf.num_tasks} problems, n = {surf.n})",
         fontsize=10,
     )
     colorbar = fig.colorbar(image, ax=ax, fraction=0.06, pad=0.03)
-    colorbar.set_label("pass@k (mean over problems)")
+    colorbar.set_label(f"{surf.metric} (mean over problems)")
     return fig
 
 
@@ -187,7 +187,8 @@ def figure_pass_curves(
     title: str | None = None,
     colors: Mapping[str, str] | None = None,
 ) -> Figure:
-    """pass@k against k (log2 axis), one panel per T, one colour per run, CI bands shaded.
+    """pass@k (or pass^k) against k (log2 axis), one panel per T, one colour per run, CI bands
+    shaded. Every run's surface holds the same metric.
 
     Args:
         runs: Run name -> ``(Surface, SurfaceCI or None)`` (or just a ``Surface``).
@@ -197,6 +198,10 @@ def figure_pass_curves(
             method); runs not named get the default cycle.
     """
     unpacked = _unpack_runs(runs)
+    metrics = {s.metric for _, s, _ in unpacked}
+    if len(metrics) > 1:
+        raise ValueError(f"the runs' surfaces hold different metrics {sorted(metrics)}; draw one")
+    metric = metrics.pop()
     all_budgets = sorted({t for _, s, _ in unpacked for t in s.budgets})
     budgets = all_budgets if budgets is None else sorted(set(budgets))
     missing = [t for t in budgets if t not in all_budgets]
@@ -221,14 +226,14 @@ def figure_pass_curves(
         ax.grid(True, alpha=0.3)
         ax.set_ylim(0, 1.02)
         _log2_k_axis(ax, all_ks)
-    _label_panels(axes, len(budgets), cols, "pass@k")
+    _label_panels(axes, len(budgets), cols, metric)
     handles, labels = axes[0].get_legend_handles_labels()
     if not handles:  # the first panel's T may be missing from some runs
         handles, labels = _run_handles(axes, len(budgets))
     fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 6))
     levels = sorted({ci.level for _, _, ci in unpacked if ci is not None})
     shaded = f" (shaded: {'/'.join(f'{lv:.0%}' for lv in levels)} CI)" if levels else ""
-    fig.suptitle(title or f"pass@k vs k per tool-call budget T{shaded}", fontsize=11)
+    fig.suptitle(title or f"{metric} vs k per tool-call budget T{shaded}", fontsize=11)
     return fig
 
 

@@ -15,7 +15,9 @@ from typing import Any
 
 from passkt.eval.analysis.boundary_report import boundary_summary
 from passkt.eval.boundary import boundary_size_interval
-from passkt.eval.estimator import default_ks, surface
+from passkt.eval.chance import ChanceFloor, answer_set_sizes, chance_floor
+from passkt.eval.change import change
+from passkt.eval.estimator import default_ks, reliability_surface, surface
 from passkt.eval.noise import findings, noise_floor
 from passkt.eval.stats import (
     bootstrap_surface,
@@ -32,6 +34,7 @@ from passkt.eval.tables import (
     comparison_csv,
     comparison_json,
     comparison_markdown,
+    reliability_gap_markdown,
     surface_markdown,
     venn_csv,
     venn_markdown,
@@ -48,7 +51,9 @@ METHOD_NOTE = (
     "get a Wilson score interval at that variance's effective sample size (right near 0 and "
     "1); gaps, widenings and boundary differences a Student-t interval and test. Gap cells "
     "are read after Holm's correction over the (k, T) grid; one pre-declared headline test "
-    "is read alone. Assumed: "
+    "is read alone. pass^k (all k episodes succeed) gets the same intervals, its Wilson form "
+    "capped at the P n / k disjoint groups of k samples and its gaps at least the MOVER interval "
+    "of the two cells (conservative where pass^k is a mean of tiny values). Assumed: "
     "problems are independent draws and samples are independent given the problem. Compared "
     "runs evaluate the same problems; with the same evaluation seed they share random numbers "
     "per sample, which the paired spread sees and the sampling floor ignores (conservative), "
@@ -97,10 +102,13 @@ def write_report(
     partial: bool = False,
     method: str = "score",
 ) -> Report:
-    """Surface tables (Markdown, CSV, JSON) with bootstrap CIs and plots of one run.
+    """Surface tables (Markdown, CSV, JSON) with CIs and plots of one run.
 
-    Writes ``surface.{md,csv,json}``, ``boundary.md``, ``heatmap.{png,svg}``,
-    ``pass_curves.{png,svg}`` and ``report.md`` into ``out_dir`` (default ``RUN_DIR/report``).
+    Writes ``surface.{md,csv,json}`` (PASS@(k,T)), ``reliability.{md,csv,json}`` (pass^k(T)),
+    ``boundary.md``, ``heatmap.{png,svg}``, ``heatmap_reliability.{png,svg}``,
+    ``pass_curves.{png,svg}``, ``reliability_curves.{png,svg}`` and ``report.md`` into
+    ``out_dir`` (default ``RUN_DIR/report``); for an env that declares closed answer sets
+    (``info["choices"]``) also ``chance.{md,json}``, the chance floors.
     """
     from passkt.eval.plots import (  # start-up cost: matplotlib, 0.35 s, for figures only
         plot_pass_curves,
@@ -111,22 +119,53 @@ def write_report(
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "report"
     surf = surface(table, ks)
     ci = _surface_ci(surf, table, method, n_boot, level, seed)
+    rel = reliability_surface(table, surf.ks)
+    rel_ci = _surface_ci(rel, table, method, n_boot, level, seed)
     files = list(write_surface_tables(surf, ci, out, "surface").values())
+    files += write_surface_tables(rel, rel_ci, out, "reliability").values()
     boundary = _boundary_markdown(table, level)
     (out / "boundary.md").write_text(boundary, encoding="utf-8", errors="backslashreplace")
     files.append(out / "boundary.md")
+    floor = run_chance_floor(manifest, table, surf.ks, level)
+    chance = ""
+    if floor is not None:
+        chance = floor.to_markdown() + "\n"
+        files += _write_chance(floor, out)
     files += plot_surface_heatmap(surf, out / "heatmap")
+    files += plot_surface_heatmap(rel, out / "heatmap_reliability")
     files += plot_pass_curves({table.name: (surf, ci)}, out / "pass_curves")
+    files += plot_pass_curves({table.name: (rel, rel_ci)}, out / "reliability_curves")
     kwargs = ", ".join(f"{k}={v}" for k, v in manifest["env_kwargs"].items()) or "defaults"
     markdown = (
-        f"{surface_markdown(surf, ci)}\n{boundary}\n"
+        f"{surface_markdown(surf, ci)}\n{surface_markdown(rel, rel_ci)}\n{boundary}\n{chance}"
         f"env {manifest['env_id']} ({kwargs}, split {manifest['split']}), "
         f"policy {manifest['policy']}, seed {manifest['seed']}\n\n{METHOD_NOTE}"
     )
-    summary = markdown + "\n![PASS@(k,T) heatmap](heatmap.png)\n\n![pass curves](pass_curves.png)\n"
+    summary = markdown + (
+        "\n![PASS@(k,T) heatmap](heatmap.png)\n\n![pass^k(T) heatmap](heatmap_reliability.png)\n"
+        "\n![pass curves](pass_curves.png)\n\n![pass^k curves](reliability_curves.png)\n"
+    )
     (out / "report.md").write_text(summary, encoding="utf-8", errors="backslashreplace")
     files.append(out / "report.md")
     return Report(markdown, out, tuple(files))
+
+
+def run_chance_floor(
+    manifest: dict, table: Any, ks: Sequence[int], level: float = 0.95
+) -> ChanceFloor | None:
+    """The chance floors of a run whose env declares closed answer sets (``None`` otherwise)."""
+    sizes = answer_set_sizes(
+        manifest["env_id"], manifest.get("env_kwargs") or {}, manifest["split"], table.task_ids
+    )
+    return chance_floor(table, sizes, ks, level=level) if sizes else None
+
+
+def _write_chance(floor: ChanceFloor, out: Path, stem: str = "chance") -> list[Path]:
+    paths = [out / f"{stem}.md", out / f"{stem}.json"]
+    paths[0].write_text(floor.to_markdown(), encoding="utf-8", errors="backslashreplace")
+    data = json.dumps(floor.to_dict(), indent=2).replace("NaN", "null")
+    paths[1].write_text(data + "\n", encoding="utf-8")
+    return paths
 
 
 def _surface_ci(surf: Any, table: Any, method: str, n_boot: int, level: float, seed: int) -> Any:
@@ -227,6 +266,7 @@ def write_comparison(
     headline: str | None = None,
     repeats: Sequence[str | Path] = (),
     peers: Sequence[str | Path] = (),
+    reliability_k: int | None = None,
 ) -> Report:
     """Paired comparison of runs 2.. against run 1: gap tables and plots, boundary sets, Venn.
 
@@ -240,8 +280,12 @@ def write_comparison(
     no difference is marked beyond the floor.
 
     For every later run ``b``: ``gap_<b>_vs_<a>.{md,csv,json,png,svg}`` (gap per (k, T) with a
-    paired bootstrap CI, crossover k, whether the gap widens) and ``boundary_<b>_vs_<a>.md``;
-    for all runs: ``pass_curves.{png,svg}`` and, for 2 or 3 runs, ``venn.{md,csv,png,svg}``.
+    paired CI, crossover k, whether the gap widens), ``reliability_<b>_vs_<a>.{md,csv,json}``
+    (the pass^k gaps, same intervals and Holm correction), ``change_<b>_vs_<a>.{md,json}`` (per
+    T the change in the boundary, pass@1 and pass^k at ``reliability_k``, default min(8, n))
+    and ``boundary_<b>_vs_<a>.md``; for all runs: ``pass_curves.{png,svg}``,
+    ``reliability_curves.{png,svg}``, for 2 or 3 runs ``venn.{md,csv,png,svg}``, and for runs
+    whose env declares closed answer sets ``chance_<run>.{md,json}``.
     """
     # start-up cost: matplotlib, 0.35 s, for figures only
     from passkt.eval.plots import plot_boundary_venn, plot_gap, plot_pass_curves
@@ -284,23 +328,45 @@ def write_comparison(
     for b in tables[1:]:
         stem = f"{_slug(b.name)}_vs_{_slug(a.name)}"
         cmp = compare(a, b, ks, shared_t, n_boot, seed, level, method, headline)  # type: ignore[arg-type]
+        rel = compare(a, b, ks, shared_t, n_boot, seed, level, method, metric="pass^k")  # type: ignore[arg-type]
+        three = change(
+            a, b, k=reliability_k, budgets=shared_t, level=level, method=method, n_boot=n_boot,
+            seed=seed,
+        )  # fmt: skip
         bc = boundary_comparison(a, b, t_bound)
         bd = boundary_difference(a, b, t_bound, level)
         boundary = boundary_difference_markdown(bd) + "\n" + boundary_markdown(bc)
         if floor is not None:
             found = findings(cmp, floor, bd, len(bc.only_b), len(bc.only_a))
             boundary += "\n" + found.to_markdown(b.name, a.name)
-        parts += [comparison_markdown(cmp), boundary]
-        write(f"gap_{stem}.md", parts[-2])
+        parts += [
+            comparison_markdown(cmp),
+            reliability_gap_markdown(rel),
+            three.to_markdown(),
+            boundary,
+        ]
+        write(f"gap_{stem}.md", parts[-4])
         write(f"gap_{stem}.csv", comparison_csv(cmp))
         write(f"gap_{stem}.json", comparison_json(cmp))
+        write(f"reliability_{stem}.md", parts[-3])
+        write(f"reliability_{stem}.csv", comparison_csv(rel))
+        write(f"reliability_{stem}.json", comparison_json(rel))
+        write(f"change_{stem}.md", parts[-2])
+        write(f"change_{stem}.json", json.dumps(three.to_dict(), indent=2) + "\n")
         write(f"boundary_{stem}.md", parts[-1])
         files += plot_gap(cmp, out / f"gap_{stem}")
-    curves = {}
-    for t in tables:
-        surf = surface(t.select_budgets(shared_t), ks)
+    curves, rel_curves = {}, {}
+    for (manifest, _), t in zip(loaded, tables, strict=True):
+        sub = t.select_budgets(shared_t)
+        surf, rel_surf = surface(sub, ks), reliability_surface(sub, ks)
         curves[t.name] = (surf, _surface_ci(surf, t, method, n_boot, level, seed))
+        rel_curves[t.name] = (rel_surf, _surface_ci(rel_surf, t, method, n_boot, level, seed))
+        floor = run_chance_floor(manifest, sub, ks, level)
+        if floor is not None:
+            parts.append(floor.to_markdown())
+            files += _write_chance(floor, out, f"chance_{_slug(t.name)}")
     files += plot_pass_curves(curves, out / "pass_curves")
+    files += plot_pass_curves(rel_curves, out / "reliability_curves")
     if len(tables) <= 3:
         v = venn(tables, t_bound)
         write("venn.md", venn_markdown(v))

@@ -42,7 +42,7 @@ from math import erfc, sqrt
 
 import numpy as np
 
-from passkt.eval.estimator import pass_at_k_array
+from passkt.eval.estimator import Metric, metric_array
 from passkt.eval.intervals import pass_at_k_within, t_quantile, z_quantile
 from passkt.eval.outcomes import OutcomeTable
 
@@ -146,19 +146,21 @@ def seed_level_counts(
     k: int,
     budget: int,
     level: float = 0.95,
+    metric: Metric = "pass@k",
 ) -> SeedTest:
     """:func:`seed_level_test` on correct counts: ``[((base_counts, n), [(trained, n), ...])]``
     per base, every count array ``(P, ...)`` over the same problems in the same order.
+    ``metric="pass^k"`` tests the change in pass^k instead of pass@k.
 
     Trailing axes beyond the first are independent cells (the calibration simulates many studies
     at once); :class:`SeedTest` fields are then arrays.
     """
     diffs, withins = [], []
     for (base_counts, base_n), trained in pairs:
-        base_value = pass_at_k_array(base_n, np.asarray(base_counts), k)
-        base_within = pass_at_k_within(base_n, np.asarray(base_counts), [k])[:, 0]
-        values = [pass_at_k_array(n, np.asarray(c), k) for c, n in trained]
-        within = [pass_at_k_within(n, np.asarray(c), [k])[:, 0] for c, n in trained]
+        base_value = metric_array(metric, base_n, np.asarray(base_counts), k)
+        base_within = pass_at_k_within(base_n, np.asarray(base_counts), [k], metric)[:, 0]
+        values = [metric_array(metric, n, np.asarray(c), k) for c, n in trained]
+        within = [pass_at_k_within(n, np.asarray(c), [k], metric)[:, 0] for c, n in trained]
         diffs.append(np.mean(values, axis=0) - base_value)  # (P, ...)
         withins.append(base_within + np.sum(within, axis=0) / len(trained) ** 2)
     d = np.stack(diffs, axis=1)  # (P, S, ...)

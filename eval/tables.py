@@ -33,6 +33,7 @@ __all__ = [
     "comparison_csv",
     "comparison_json",
     "comparison_markdown",
+    "reliability_gap_markdown",
     "surface_csv",
     "surface_json",
     "surface_markdown",
@@ -50,7 +51,13 @@ def _check_ci(surf: Surface, ci: SurfaceCI | None) -> None:
         )
 
 
+UNDEFINED = "undefined"
+"""What a cell whose estimate is undefined (NaN) shows instead of a number."""
+
+
 def _cell(value: float, lower: float | None, upper: float | None, digits: int, sign: bool) -> str:
+    if not math.isfinite(value):
+        return UNDEFINED
     fmt = f"{{:{'+' if sign else ''}.{digits}f}}"
     text = fmt.format(value)
     if lower is not None and upper is not None:
@@ -124,10 +131,11 @@ def _method_text(method: str, n_boot: int) -> str:
 
 
 def surface_markdown(surf: Surface, ci: SurfaceCI | None = None, digits: int = 3) -> str:
-    """PASS@(k,T) as a Markdown table: rows T, columns k, cells ``0.412 [0.37, 0.45]``."""
+    """PASS@(k,T) (or pass^k(T)) as a Markdown table: rows T, columns k, cells
+    ``0.412 [0.37, 0.45]``; a cell whose estimate is undefined says so."""
     _check_ci(surf, ci)
     caption = (
-        f"PASS@(k,T) of **{surf.name}**: {surf.num_tasks} problems, n = {surf.n}"
+        f"{surf.title} of **{surf.name}**: {surf.num_tasks} problems, n = {surf.n}"
         + ("" if ci is None else f", {ci.level:.0%} CI: {_method_text(ci.method, ci.n_boot)}")
         + "\n\n"
     )
@@ -142,11 +150,13 @@ def surface_markdown(surf: Surface, ci: SurfaceCI | None = None, digits: int = 3
 
 
 def surface_csv(surf: Surface, ci: SurfaceCI | None = None) -> str:
-    """PASS@(k,T) as CSV: a row per T; ``pass@k`` columns (with ``_lower``/``_upper`` if CI)."""
+    """PASS@(k,T) as CSV: a row per T; ``pass@k`` columns (with ``_lower``/``_upper`` if CI);
+    ``pass^k`` columns for a pass^k surface."""
     _check_ci(surf, ci)
     header = ["T"]
+    stem = surf.metric[:-1]  # "pass@" or "pass^"
     for k in surf.ks:
-        header += [f"pass@{k}"] + ([] if ci is None else [f"pass@{k}_lower", f"pass@{k}_upper"])
+        header += [f"{stem}{k}"] + ([] if ci is None else [f"{stem}{k}_lower", f"{stem}{k}_upper"])
     rows = []
     for j, t in enumerate(surf.budgets):
         row: list[object] = [t]
@@ -273,6 +283,23 @@ def comparison_markdown(cmp: Comparison, digits: int = 3) -> str:
         "(`?`: not resolved on the grid).\n"
     )
     return title + gap_table + headline + _markdown(header, rows) + note
+
+
+def reliability_gap_markdown(cmp: Comparison, digits: int = 3) -> str:
+    """The pass^k gap table of a ``compare(..., metric="pass^k")``: rows T, columns k, ``*``
+    for cells significant after Holm's correction over the grid (as the pass@k gap table)."""
+    alpha = 1 - cmp.level
+    title = (
+        f"Gap pass^k(T) **{cmp.name_b} - {cmp.name_a}** (all k episodes succeed) on "
+        f"{len(cmp.task_ids)} shared problems ({cmp.level:.0%} paired CI: "
+        f"{_method_text(cmp.method, cmp.n_boot)}; for pass^k also at least the MOVER interval "
+        f"of the two cells). `*`: significant after Holm's correction over all {cmp.gap.size} "
+        f"(k, T) cells (family-wise level {alpha:.2g}); {int(cmp.significant.sum())} of "
+        f"{cmp.gap.size} cells are.\n\n"
+    )
+    return title + _grid_markdown(
+        cmp.ks, cmp.budgets, cmp.gap, cmp.gap_lower, cmp.gap_upper, digits, True, cmp.significant
+    )
 
 
 def comparison_csv(cmp: Comparison) -> str:
