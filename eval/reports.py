@@ -17,7 +17,8 @@ from passkt.eval.analysis.boundary_report import boundary_summary
 from passkt.eval.boundary import boundary_size_interval
 from passkt.eval.chance import ChanceFloor, answer_set_sizes, chance_floor
 from passkt.eval.change import change
-from passkt.eval.estimator import default_ks, reliability_surface, surface
+from passkt.eval.change import reliability_k as check_reliability_k
+from passkt.eval.estimator import check_ks, default_ks, reliability_surface, surface
 from passkt.eval.noise import findings, noise_floor
 from passkt.eval.stats import (
     bootstrap_surface,
@@ -302,7 +303,9 @@ def write_comparison(
     t_bound = shared_t[-1] if budget is None else budget
     if t_bound not in shared_t:
         raise ValueError(f"--budget {budget} was not evaluated by every run; shared: {shared_t}")
-    ks = tuple(ks) if ks is not None else default_ks(min(t.n for t in tables))
+    n_min = min(t.n for t in tables)
+    ks = check_ks(ks, n_min) if ks is not None else default_ks(n_min)
+    reliability_k = check_reliability_k(n_min, reliability_k)  # before anything is written
     floor = _floor(dirs[0], loaded[0], tables[0], repeats, ks, shared_t, t_bound, peers)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
