@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from passkt.eval.estimator import pass_at_k_array
+from passkt.eval.change import reading, reliability_k
+from passkt.eval.estimator import Metric, pass_at_k_array
 from passkt.eval.power import (
     required_problems,
     seed_level_power,
@@ -144,9 +145,15 @@ def _replicates(runs: list[RunCounts]) -> dict[str, dict[int, RunCounts]]:
 
 
 def seed_test(
-    spec: dict[str, Any], kind: str, k: int | None, budget: int, level: float
+    spec: dict[str, Any],
+    kind: str,
+    k: int | None,
+    budget: int,
+    level: float,
+    metric: Metric = "pass@k",
 ) -> SeedTest | None:
-    """The seed-level test of ``kind - base`` at pass@k (None: k = n, the boundary) and T."""
+    """The seed-level test of ``kind - base`` at pass@k (None: k = n, the boundary) and T, or
+    at pass^k with ``metric="pass^k"``."""
     by_role = _replicates(spec["runs"])
     j = list(spec["budgets"]).index(budget)
     pairs = []
@@ -158,7 +165,7 @@ def seed_test(
     if not pairs:
         return None
     kk = min(r.n for r in spec["runs"]) if k is None else k
-    return seed_level_counts(pairs, k=kk, budget=budget, level=level)
+    return seed_level_counts(pairs, k=kk, budget=budget, level=level, metric=metric)
 
 
 def verdicts(data: StudyData) -> list[Verdict]:
@@ -297,6 +304,81 @@ def _t_section(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
         "against the share of episodes answered before the final notice (the agent chose to "
         "stop; never at T = 0, where the notice comes first) and cut off at the budget (no "
         "answer after it: reward 0).\n\n" + _table(header, rows)
+    )
+
+
+def _changes(
+    data: StudyData, spec: dict[str, Any], kind: str
+) -> list[tuple[int, list[SeedTest | None]]]:
+    """Per T: the seed-level change of ``kind - base`` in the boundary, pass@1 and pass^k."""
+    n = min(r.n for r in spec["runs"])
+    k = reliability_k(n)
+    return [
+        (
+            t,
+            [
+                seed_test(spec, kind, None, t, data.level),
+                seed_test(spec, kind, 1, t, data.level),
+                seed_test(spec, kind, k, t, data.level, metric="pass^k"),
+            ],
+        )
+        for t in spec["budgets"]
+    ]
+
+
+def _reading(tests: Sequence[SeedTest | None]) -> str:
+    """Boundary and reliability in words, from the seed-level verdicts (none when unreplicated)."""
+    boundary, reliable = tests[0], tests[2]
+    if boundary is None or reliable is None or not (boundary.replicated and reliable.replicated):
+        return "no verdict (not replicated)"
+    return reading(boundary.verdict(), reliable.verdict())
+
+
+def change_sentences(data: StudyData) -> list[str]:
+    """One sentence per category and trained kind: boundary, pass@1 and pass^k at T_max."""
+    out = []
+    for cat, spec in data.categories.items():
+        n = min(r.n for r in spec["runs"])
+        k, t_max = reliability_k(n), max(spec["budgets"])
+        for kind in _kinds(spec):
+            tests = dict(_changes(data, spec, kind))[t_max]
+            if any(t is None for t in tests):
+                continue
+            labels = (f"boundary pass@{n}", "pass@1", f"pass^{k}")
+            parts = [
+                f"{label} {t.estimate:+.3f} [{t.lower:+.3f}, {t.upper:+.3f}]"
+                + (f" ({t.verdict()})" if t.replicated else "")
+                for label, t in zip(labels, tests, strict=True)
+            ]
+            out.append(
+                f"On {cat} ({spec['env_id']}) at T = {t_max}, {kind} − base: {'; '.join(parts)}: "
+                f"{_reading(tests)}."
+            )
+    return out
+
+
+def _change_section(data: StudyData, spec: dict[str, Any]) -> str:
+    """Per trained kind and T: the change in boundary, pass@1 and pass^k, and its reading."""
+    n = min(r.n for r in spec["runs"])
+    k = reliability_k(n)
+    rows = []
+    for kind in _kinds(spec):
+        for t, tests in _changes(data, spec, kind):
+            rows.append([f"{kind} − base", str(t), *map(_fmt_test, tests), _reading(tests)])
+    header = [
+        "trained − base",
+        "T",
+        f"boundary pass@({n}, T)",
+        "pass@(1, T)",
+        f"pass^{k}(T)",
+        "reading",
+    ]
+    return (
+        "The same seed-level test at every T for three changes: the boundary (pass@n: solved at "
+        f"all), pass@1 (the mean success rate) and pass^{k} (all of {k} independent episodes "
+        'succeed: reliability). "More reliable, not wider" and "wider but less reliable" '
+        "are read off one row; the reading uses the boundary and pass^k verdicts.\n\n"
+        + _table(header, rows)
     )
 
 
@@ -514,6 +596,7 @@ def make_summary(data: StudyData, out: Path) -> Path:
     if claim:
         parts.append(f"- {claim}")
     parts += [f"- {v.sentence(data.categories[v.cat]['env_id'])}" for v in found]
+    parts += [f"- {sentence}" for sentence in change_sentences(data)]
     parts.append("")
     for cat, spec in data.categories.items():
         parts.append(f"## {cat}: {spec['env_id']}\n")
@@ -552,6 +635,8 @@ def make_summary(data: StudyData, out: Path) -> Path:
         parts.append(_overlap_line(spec))
         parts.append(f"### T explained (T_max = {t_max})\n")
         parts.append(_t_section(data, cat, spec))
+        parts.append("### Boundary and reliability per T\n")
+        parts.append(_change_section(data, spec))
         figure = _figure(data, cat, spec, out / "figures" / f"summary-{cat}.png")
         parts.append(f"![seed-level change vs T, {cat}]({figure.relative_to(out).as_posix()})\n")
     parts.append(_cost_section(data))

@@ -285,3 +285,48 @@ def test_the_claim_sentence_says_whether_other_recipes_widen_bridge_too():
     only = _data({"A": {"RL": 0.0}, "C": {"RL": 2.5, "SFT": 0.0}}, problems=400, n=8)
     sentence = claim_sentence(only, verdicts(only))
     assert "SFT − base" in sentence and ", no change; for comparison." in sentence
+
+
+def _reliability_study(base_rates, trained_rates, seeds=3, n=16, seed=0):
+    """Category C only: every seed's base draws from ``base_rates``, its RL from
+    ``trained_rates`` (per-problem success rates, the same at every T)."""
+    rng = np.random.default_rng(seed)
+    runs = [_run("base", s, base_rates, n, rng) for s in range(seeds)]
+    runs += [_run("RL", s, trained_rates, n, rng) for s in range(seeds)]
+    spec = {
+        "env_id": "BridgeQA-v0",
+        "env_kwargs": {},
+        "task_ids": [f"C-{i}" for i in range(len(base_rates))],
+        "budgets": BUDGETS,
+        "runs": runs,
+    }
+    return StudyData("synthetic", True, 0.95, {"C": spec}, [])
+
+
+@pytest.mark.parametrize(
+    "move, words",
+    [
+        ("sharpen", "more reliable, not wider"),  # solvable problems solved more often
+        ("spread", "wider but less reliable"),  # unsolved ones now solved, the rest less often
+    ],
+)
+def test_the_three_way_table_reads_boundary_and_reliability_apart(move, words):
+    """Generated from rates with a known effect on the boundary and on pass^8: the sentence and
+    every T's row of the table say which of the two moved."""
+    from passkt.study.summary import _change_section, change_sentences
+
+    rng = np.random.default_rng(7)
+    solvable = rng.uniform(0.5, 0.8, size=200)
+    base = np.concatenate([np.zeros(200), solvable])
+    if move == "sharpen":
+        trained = np.concatenate([np.zeros(200), np.minimum(solvable + 0.2, 1.0)])
+    else:
+        trained = np.concatenate([np.full(200, 0.3), solvable - 0.3])
+    data = _reliability_study(base, trained)
+    (sentence,) = change_sentences(data)
+    assert sentence.startswith("On C (BridgeQA-v0) at T = 5, RL − base: boundary pass@16 ")
+    assert sentence.endswith(f": {words}.")
+    section = _change_section(data, data.categories["C"])
+    rows = [line for line in section.splitlines() if line.startswith("| RL − base |")]
+    assert len(rows) == len(BUDGETS) and all(row.endswith(f"| {words} |") for row in rows)
+    assert "| boundary pass@(16, T) | pass@(1, T) | pass^8(T) | reading |" in section
