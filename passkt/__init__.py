@@ -11,6 +11,7 @@ The public API, in the order a user meets it::
                           out_dir="runs/heuristic", progress=False)
     manifest, table = passkt.load_run("runs/heuristic")
     print(passkt.surface(table).values)                    # PASS@(k,T), k x T
+    print(passkt.reliability_surface(table).values)        # pass^k(T): all k episodes succeed
 
 The subpackages are ``passkt.envs`` (environments), ``passkt.agents`` (policies, the rollout
 engine, ``passkt.agents.train``), ``passkt.eval`` (the evaluator, statistics, reports, the CLI) and
@@ -25,7 +26,7 @@ import passkt.envs  # noqa: F401  (registers Math-v0, ComparisonQA-v0, BridgeQA-
 from passkt.agents.policy import Completion, Policy, SamplingParams
 from passkt.agents.rollout import rollout
 from passkt.agents.specs import load_policy
-from passkt.eval.estimator import pass_at_k, surface
+from passkt.eval.estimator import pass_at_k, pass_hat_k, reliability_surface, surface
 from passkt.eval.evaluate import evaluate
 from passkt.eval.stats import bootstrap_surface, compare
 from passkt.eval.store import load_run
@@ -68,6 +69,8 @@ __all__ = [
     "load_policy",
     "load_run",
     "pass_at_k",
+    "pass_hat_k",
+    "reliability_surface",
     "rollout",
     "surface",
     "train_grpo",
