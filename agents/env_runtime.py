@@ -172,9 +172,9 @@ class EnvRunner:
         check_replayed(self.env_id, history.observations, replayed)
         return clone, observation
 
-    def category(self, info: Mapping[str, Any], env: gym.Env) -> str:
-        """``info["category"]``, the env's ``category`` attribute, or the env id."""
-        category = info.get("category") or getattr(env.unwrapped, "category", None)
+    def category(self, info: Mapping[str, Any], attribute: Any = None) -> str:
+        """``info["category"]``, the env's ``category`` attribute (``attribute``), or the env id."""
+        category = info.get("category") or attribute
         if category is None:
             announce(self.env_id, "category", "no info['category']: the env id names its tasks")
             return self.env_id.rpartition(":")[2]

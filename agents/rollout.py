@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,13 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from passkt.agents.env_runtime import EnvRunner, History
+from passkt.agents.env_workers import (
+    DEFAULT_STEP_TIMEOUT,
+    EnvFailure,
+    StepResult,
+    default_env_workers,
+    make_envs,
+)
 from passkt.agents.policy import (
     DEFAULT_STOP,
     Completion,
@@ -63,7 +71,9 @@ class Turn:
 
     completion: Completion
     action: str
-    """``search``, ``answer`` or ``invalid`` (as the env parsed it)."""
+    """The action's kind: ``info["action"]`` as the env reported it (passkt's envs: ``search``,
+    ``answer`` or ``invalid``), else the tag of the protocol's stop string the text ends with
+    (``</move>`` gives ``move``), else ``unknown`` (see :func:`action_kind`)."""
     observation: str
     """The env's reply; empty after the final action."""
 
@@ -96,6 +106,10 @@ class Episode:
     generated_tokens: int = 0
     """Tokens this episode generated itself (a branch does not count its shared prefix). For a
     policy without token ids and no tokenizer, whitespace-separated words."""
+    env_error: dict[str, Any] | None = None
+    """Set when the env, not the agent, ended the episode: it raised, its worker died or hung
+    (``passkt.agents.env_workers.EnvFailure.to_record``: kind, detail, turn). ``correct`` is
+    then False; how evaluations count such episodes is the run's ``env_failures`` setting."""
 
     @property
     def done(self) -> bool:
@@ -106,8 +120,8 @@ class Episode:
         return [turn.action for turn in self.turns]
 
     def to_record(self) -> dict[str, Any]:
-        """A JSON-ready dict (no token arrays) for result files."""
-        return {
+        """A JSON-ready dict (no token arrays) for result files; ``env_error`` only when set."""
+        record = {
             "task_id": self.task_id,
             "sample": self.sample,
             "budget": self.budget,
@@ -123,6 +137,9 @@ class Episode:
             "generated_tokens": self.generated_tokens,
             "messages": self.messages,
         }
+        if self.env_error is not None:
+            record["env_error"] = self.env_error
+        return record
 
 
 @dataclass(frozen=True)
@@ -263,14 +280,56 @@ def _cut_turn(
     return ids[:keep] + extra, logprobs[:keep] + [0.0] * len(extra)
 
 
-def _seed_for(seed: int, round_index: int) -> int:
+def round_seed(seed: int, round_index: int) -> int:
+    """``SamplingParams.seed`` of round ``round_index`` of a rollout seeded ``seed`` (the whole
+    batch's seed, for policies that draw one stream per call)."""
     return (seed * 1_000_003 + round_index * 7919) % (2**31 - 1)
 
 
-def _episode_seed(seed: int, budget: int, turn: int) -> int:
-    """The seed of one turn of one episode (or budget branch), from its own (task, sample) seed:
-    independent of which other episodes share the batch."""
+def turn_seed(seed: int, budget: int, turn: int) -> int:
+    """The seed of one turn of one episode (or budget branch), from its own (task, sample) seed
+    (``passkt.eval.seeds.sample_seed``): independent of which other episodes share the batch.
+
+    Turn ``t`` (0 for the first completion) of the episode with budget ``budget`` is sampled with
+    ``SamplingParams.seeds[row] == turn_seed(seed, budget, t)``; its env was reset with
+    ``seed=turn_seed(seed, budget, -1)`` (seed tasks; task-list envs are reset by task id). A
+    branch forked at T = t keeps the main episode's budget for the turns it shares with it and
+    uses its own budget from the turn it answers the final notice."""
     return (seed * 1_000_003 + budget * 7919 + turn * 104_729) % (2**31 - 1)
+
+
+def recorded_turn_seed(
+    seed: int, budget: int, budgets: Sequence[int], turn: int, share_prefix: bool
+) -> int:
+    """The ``SamplingParams.seeds`` entry turn ``turn`` of a recorded episode was sampled with.
+
+    ``seed`` is the episode's own seed (in ``passkt eval``: ``passkt.eval.chunking.sample_seed(
+    run seed, task_id, sample)``), ``budget`` the record's T and ``budgets`` the run's T grid.
+    With prefix sharing, the turns an episode shares with the main episode (every turn before
+    its ``budget``-th) were sampled by the main episode, at the largest T; the rest at its own.
+    The env was reset with ``seed=recorded_turn_seed(seed, budget, budgets, -1, share_prefix)``.
+    """
+    top = max(budgets)
+    own = top if share_prefix and turn < budget else budget
+    return turn_seed(seed, own, turn)
+
+
+_TAG = re.compile(r"</([A-Za-z_][\w.-]*)>")
+
+
+def action_kind(info: Mapping[str, Any], text: str, stop: Sequence[str]) -> str:
+    """What a turn's action was: the env's ``info["action"]`` when it reports one; else the tag
+    of the stop string the text ends with (a protocol whose stop strings are closing tags, such
+    as ``</search>``, names its actions by them); else ``unknown``."""
+    reported = info.get("action")
+    if isinstance(reported, str) and reported:
+        return reported
+    stripped = text.rstrip()
+    for string in stop:
+        tag = _TAG.fullmatch(string)
+        if tag and stripped.endswith(string):
+            return tag.group(1)
+    return "unknown"
 
 
 def rollout(
@@ -288,6 +347,8 @@ def rollout(
     progress: bool = False,
     contract: EnvContract | None = None,
     episode_seeds: Mapping[tuple[str, int], int] | None = None,
+    env_workers: int | None = None,
+    env_step_timeout: float = DEFAULT_STEP_TIMEOUT,
 ) -> RolloutResult:
     """Run ``n`` episodes of every task at every budget and return them with their cost.
 
@@ -311,20 +372,54 @@ def rollout(
             each of its turns (``SamplingParams.seeds``) are seeded from its own seed instead of
             from ``seed`` and its position in the batch, so an episode's outcome does not depend
             on which other tasks run with it (for policies that honour per-row seeds).
+        env_workers: Run the envs in this many worker processes (``passkt.agents.env_workers``):
+            an env that crashes, hangs or raises ends its episode as an env failure
+            (``Episode.env_error``) instead of the run, and a slow env steps in parallel.
+            ``0`` keeps every env in this process; ``None``: none for passkt's own envs, else
+            one per core up to 4 (``default_env_workers``).
+        env_step_timeout: With workers, the seconds one reset, fork or step may take before its
+            episode is an env failure of kind ``timeout``.
     """
     params = params or SamplingParams()
     kwargs = dict(env_kwargs or {})
     budgets = sorted({int(b) for b in budgets})
     _check_rollout_args(kwargs, budgets, params, n)
+    check_env_workers(env_workers, env_step_timeout)
     t_start = time.perf_counter()
 
     runner = EnvRunner(env_id, kwargs, contract)
     protocol = runner.protocol
     params = protocol_params(params, protocol)
-    # One env instance makes every episode of a forkable env: reset it on a task, then fork a copy
-    # per episode. The copies share the task list and the search indexes, so each task's index is
-    # built once. Other envs are made fresh per episode.
-    base = runner.make(budgets[-1])
+    # One env instance makes every episode of a forkable env (in each worker): reset it on a task,
+    # then fork a copy per episode. The copies share the task list and the search indexes, so each
+    # task's index is built once. Other envs are made fresh per episode.
+    workers = default_env_workers(env_id) if env_workers is None else int(env_workers)
+    envs = make_envs(runner, budgets[-1], workers, env_step_timeout)
+    try:
+        return _run(
+            policy, runner, envs, task_ids, n, budgets, params, seed, share_prefix, tokenizer,
+            progress, episode_seeds, t_start,
+        )  # fmt: skip
+    finally:
+        envs.shutdown()
+
+
+def _run(
+    policy: Policy,
+    runner: EnvRunner,
+    envs: Any,
+    task_ids: Sequence[str],
+    n: int,
+    budgets: list[int],
+    params: SamplingParams,
+    seed: int,
+    share_prefix: bool | None,
+    tokenizer: Any,
+    progress: bool,
+    episode_seeds: Mapping[tuple[str, int], int] | None,
+    t_start: float,
+) -> RolloutResult:
+    protocol = runner.protocol
     share_prefix = resolve_share_prefix(share_prefix, runner.contract.reveal_budget)
 
     token_policy = isinstance(policy, TokenPolicy)
@@ -343,9 +438,15 @@ def rollout(
         (t, s, b) for t in task_ids for s in range(n) for b in main_budgets
     ):
         own = None if episode_seeds is None else episode_seeds[task_id, sample]
-        reset_seed = seed + index if own is None else _episode_seed(own, budget, -1)
-        env, observation, info, history = runner.start(base, budget, task_id, reset_seed)
-        episode = Episode(task_id, sample, budget, runner.category(info, env))
+        reset_seed = seed + index if own is None else turn_seed(own, budget, -1)
+        started = envs.start(index, budget, task_id, reset_seed)
+        if isinstance(started, EnvFailure):  # the reset itself crashed or hung
+            episode = Episode(task_id, sample, budget, _task_category(runner, task_id))
+            _fail(episode, started)
+            mains[(task_id, sample, budget)] = episode
+            continue
+        env, observation, info, attribute, history = started
+        episode = Episode(task_id, sample, budget, runner.category(info, attribute))
         episode.messages = protocol.first_messages(observation)
         item = _Live(episode, env, history)
         if chat is not None:
@@ -353,7 +454,7 @@ def rollout(
         mains[(task_id, sample, budget)] = episode
         live.append(item)
         if 0 in fork_at:
-            live.append(_fork(item, 0, chat, branches, runner))
+            live.extend(_fork(item, 0, chat, branches, runner, envs))
 
     calls = 0
     generated = 0
@@ -362,11 +463,11 @@ def rollout(
     round_index = 0
     while live:
         bar.set_postfix_str(f"round {round_index + 1}, {len(live)} live", refresh=True)
-        round_params = replace(params, seed=_seed_for(seed, round_index))
+        round_params = replace(params, seed=round_seed(seed, round_index))
         leaders = [item for item in live if item.follows is None]
         if episode_seeds is not None:
             row_seeds = tuple(
-                _episode_seed(
+                turn_seed(
                     episode_seeds[item.episode.task_id, item.episode.sample],
                     item.episode.budget,
                     len(item.episode.turns),
@@ -379,25 +480,36 @@ def rollout(
         gen_seconds += time.perf_counter() - started
         calls += 1
         sampled = {id(item): c for item, c in zip(leaders, completions, strict=True)}
-        still: list[_Live] = []
+        turns: list[tuple[_Live, Completion, str]] = []
         for item in live:
             completion = sampled[id(item.follows or item)]
             shared = item.follows is not None
             item.follows = None  # a branch follows for the one turn in which it must answer
-            generated += _record_turn(item, completion, chat, token_policy, runner, shared)
+            text, count = _record_tokens(item, completion, chat, token_policy, runner, shared)
+            generated += count
+            turns.append((item, completion, text))
+        # every env steps once (in parallel across env workers), then the episodes read replies
+        replies = envs.step(
+            [(item.env, text, item.history, len(item.episode.turns)) for item, _, text in turns]
+        )
+        still: list[_Live] = []
+        for (item, completion, text), reply in zip(turns, replies, strict=True):
+            if isinstance(reply, EnvFailure):
+                _record_failure(item, completion, text, reply, runner)
+            else:
+                _record_step(item, completion, text, reply, chat, runner)
             if item.episode.done:
                 if not item.is_branch:
                     bar.update(1)
-                item.env.close()
+                envs.close(item.env)
                 continue
             still.append(item)
             calls_made = item.episode.tool_calls
             if not item.is_branch and calls_made in fork_at:
-                still.append(_fork(item, calls_made, chat, branches, runner))
+                still.extend(_fork(item, calls_made, chat, branches, runner, envs))
         live = still
         round_index += 1
     bar.close()
-    base.close()
 
     episodes = _collect(task_ids, n, budgets, share_prefix, mains, branches)
     stats = RolloutStats(
@@ -428,6 +540,20 @@ def check_no_budget_kwarg(env_kwargs: Mapping[str, Any]) -> None:
         )
 
 
+MAX_ENV_WORKERS = 64
+
+
+def check_env_workers(workers: int | None, step_timeout: float) -> None:
+    """``env_workers``: ``None`` or an int in 0..``MAX_ENV_WORKERS``; ``env_step_timeout``: a
+    finite number of seconds > 0."""
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= 64
+    ):
+        raise ValueError(f"env_workers must be an int in 0..{MAX_ENV_WORKERS}, got {workers!r}")
+    if not isinstance(step_timeout, (int, float)) or not 0 < step_timeout < float("inf"):
+        raise ValueError(f"env_step_timeout must be a finite number > 0, got {step_timeout!r}")
+
+
 def _check_rollout_args(
     kwargs: dict[str, Any], budgets: list[int], params: SamplingParams, n: int
 ) -> None:
@@ -440,16 +566,43 @@ def _check_rollout_args(
         raise ValueError(f"n must be >= 1, got {n}")
 
 
+def _task_category(runner: EnvRunner, task_id: str) -> str:
+    """The category of a task whose reset failed: its record's, else the env id's name."""
+    for task in runner.contract.tasks:
+        if getattr(task, "task_id", None) == task_id and getattr(task, "category", None):
+            return str(task.category)
+    return runner.env_id.rpartition(":")[2]
+
+
+def _fail(episode: Episode, failure: EnvFailure) -> None:
+    """End ``episode`` as an env failure: not correct, truncated, with the failure recorded."""
+    episode.env_error = failure.to_record()
+    episode.correct = False
+    episode.truncated = True
+
+
 def _fork(
     item: _Live,
     budget: int,
     chat: ChatTokens | None,
     branches: dict[tuple, Episode],
     runner: EnvRunner,
-) -> _Live:
-    """A branch of ``item`` that sees the final notice now: the episode with budget ``budget``."""
-    env, observation = runner.fork(item.env, item.history, budget)
+    envs: Any,
+) -> list[_Live]:
+    """A branch of ``item`` that sees the final notice now: the episode with budget ``budget``
+    (none to run when the env failed to fork: the branch is then recorded as an env failure)."""
     main = item.episode
+    forked = envs.fork(item.env, item.history, budget)
+    if isinstance(forked, EnvFailure):
+        episode = copy.copy(main)
+        episode.budget = budget
+        episode.turns = list(main.turns)
+        episode.messages = list(main.messages)
+        episode.generated_tokens = 0
+        _fail(episode, replace(forked, turn=len(main.turns)))
+        branches[(main.task_id, main.sample, budget)] = episode
+        return []
+    env, observation = forked
     episode = copy.copy(main)
     episode.budget = budget
     episode.turns = list(main.turns)
@@ -478,7 +631,7 @@ def _fork(
     if episode.messages == main.messages and branch.pending_ids == item.pending_ids:
         branch.follows = item
     branches[(main.task_id, main.sample, budget)] = episode
-    return branch
+    return [branch]
 
 
 def _generate(
@@ -501,16 +654,17 @@ def _generate(
     return completions
 
 
-def _record_turn(
+def _record_tokens(
     item: _Live,
     completion: Completion,
     chat: ChatTokens | None,
     token_policy: bool,
     runner: EnvRunner,
     shared: bool = False,
-) -> int:
-    """Append the completion and the env's reply to the episode; return tokens generated
-    (none for a ``shared`` completion: the main episode's, taken by a following branch)."""
+) -> tuple[str, int]:
+    """Append the completion's tokens to the episode's record; return the action text the env
+    will be stepped with and the tokens generated (none for a ``shared`` completion: the main
+    episode's, taken by a following branch)."""
     episode = item.episode
     n_generated = len(completion.token_ids) or len(completion.text.split())
     text = runner.protocol.cut(completion.text)
@@ -533,18 +687,47 @@ def _record_turn(
     if shared:
         n_generated = 0
     episode.generated_tokens += n_generated
+    return text, n_generated
 
-    observation, reward, terminated, truncated, info = item.env.step(text)
-    done = terminated or truncated
-    item.history.actions.append(text)
-    item.history.observations.append(observation)
-    stream = runner.protocol.layout == "stream"
-    if stream and episode.messages[-1]["role"] == "assistant":
+
+def _append_action(item: _Live, text: str, runner: EnvRunner) -> None:
+    episode = item.episode
+    if runner.protocol.layout == "stream" and episode.messages[-1]["role"] == "assistant":
         last = episode.messages[-1]
         episode.messages[-1] = {"role": "assistant", "content": last["content"] + text}
     else:
         episode.messages.append({"role": "assistant", "content": text})
-    episode.turns.append(Turn(completion, str(info.get("action", "")), "" if done else observation))
+
+
+def _record_failure(
+    item: _Live, completion: Completion, text: str, failure: EnvFailure, runner: EnvRunner
+) -> None:
+    """The env failed on this turn's action: keep the action in the transcript, end the episode."""
+    _append_action(item, text, runner)
+    kind = action_kind({}, text, runner.protocol.stop)
+    item.episode.turns.append(Turn(completion, kind, ""))
+    _fail(item.episode, failure)
+
+
+def _record_step(
+    item: _Live,
+    completion: Completion,
+    text: str,
+    step: StepResult,
+    chat: ChatTokens | None,
+    runner: EnvRunner,
+) -> None:
+    """Append the action and the env's reply to the episode."""
+    episode = item.episode
+    observation, reward, terminated, truncated, info = (
+        step.observation, step.reward, step.terminated, step.truncated, step.info,
+    )  # fmt: skip
+    done = terminated or truncated
+    item.history.actions.append(text)
+    item.history.observations.append(observation)
+    _append_action(item, text, runner)
+    kind = action_kind(info, text, runner.protocol.stop)
+    episode.turns.append(Turn(completion, kind, "" if done else observation))
     episode.tool_calls = runner.tool_calls(info, episode.tool_calls, done)
     if not done and episode.tool_calls > episode.budget:
         runner.over_budget(episode.tool_calls, episode.budget)
@@ -554,7 +737,7 @@ def _record_turn(
         episode.answer = info.get("answer")
         episode.correct = runner.success(info, float(reward))
         episode.f1 = float(info["f1"]) if "f1" in info else None
-    elif stream:
+    elif runner.protocol.layout == "stream":
         item.stream_tail, item.pending_ids = _stream_piece(chat, runner.protocol, observation)
         last = episode.messages[-1]
         episode.messages[-1] = {"role": "assistant", "content": last["content"] + item.stream_tail}
@@ -562,7 +745,6 @@ def _record_turn(
         episode.messages.append({"role": "user", "content": observation})
         if chat is not None:
             item.pending_ids = chat.observation_ids(observation)
-    return n_generated
 
 
 def _collect(

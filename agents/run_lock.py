@@ -13,6 +13,7 @@ and a warning is logged once. Network file systems may not honour it either.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -31,6 +32,24 @@ _PID_WAIT_S = 0.5
 
 class RunLockedError(PassktError, ValueError):
     """Another live process is writing this run directory."""
+
+
+_HELD: set[int] = set()
+"""The file descriptors of the locks this process holds."""
+
+
+def _drop_inherited() -> None:
+    """In a child made by ``os.fork`` (an env worker): close the copies of the parent's lock
+    files. A ``flock`` lasts while any descriptor of it is open, so a child that kept them (one
+    hung in an env step, say) would hold the run after its parent was killed."""
+    for fd in list(_HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_inherited)
 
 
 class RunLock:
@@ -74,6 +93,7 @@ class RunLock:
             raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _HELD.add(fd)
         return cls(path, fd)
 
     @property
@@ -85,6 +105,7 @@ class RunLock:
         """Give the lock up (closing the file releases it); safe to call twice."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            _HELD.discard(fd)
             os.close(fd)
 
 

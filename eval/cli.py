@@ -21,17 +21,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from passkt.agents.env_workers import DEFAULT_STEP_TIMEOUT
 from passkt.agents.policy import SamplingParams
 from passkt.agents.preflight import MAX_BUDGET, check_resume, parse_grid
 from passkt.agents.redact import RedactingFilter, redact
+from passkt.agents.rollout import MAX_ENV_WORKERS
 from passkt.agents.specs import parse_env_kwargs, parse_spec
 from passkt.agents.threads import apply_threads
 from passkt.envs.contract import import_modules
 from passkt.envs.errors import PassktError
+from passkt.eval.env_failures import ENV_FAILURE_RULES
 from passkt.eval.estimator import reliability_surface
 from passkt.eval.evaluate import DEFAULT_BUDGETS, env_info, evaluate
 from passkt.eval.manifest import MANIFEST_FILE
 from passkt.eval.reports import Report, write_comparison, write_report
+from passkt.eval.store import read_env_failures
 from passkt.eval.tables import surface_markdown
 
 __all__ = [
@@ -285,6 +289,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         policy_options=options,
         name=args.name,
         on_open=_announce,
+        env_workers=args.env_workers,
+        env_step_timeout=args.env_step_timeout,
+        env_failures=args.env_failures,
     )
     seconds = time.perf_counter() - started
     stats = run.stats
@@ -295,6 +302,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         f"{stats.generated_tokens} generated tokens)",
         file=sys.stderr,
     )
+    failures = read_env_failures(out).line(f"passkt: {out}")
+    if failures is not None:
+        print(failures, file=sys.stderr)
     if args.no_report:
         print(surface_markdown(run.surface))
         print(surface_markdown(reliability_surface(run.outcomes, run.surface.ks)))
@@ -442,12 +452,53 @@ def _add_eval(subparsers: Any) -> None:
         action="store_true",
         help="run every T on its own instead of forking budgets from one rollout",
     )
+    add_env_worker_flags(p)
+    p.add_argument(
+        "--env-failures",
+        choices=ENV_FAILURE_RULES,
+        default="count",
+        help="how the surface counts an episode the env (not the agent) ended by raising, "
+        "crashing or hanging: count it as a failure, or drop its task (default %(default)s; "
+        "the report says how many either way)",
+    )
     p.add_argument("--name", help="run name in tables and legends (default: the policy spec)")
     p.add_argument("--out", metavar="RUN_DIR", help="default runs/<env>-<policy>-<time>")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-report", action="store_true", help="skip the tables and plots")
     p.set_defaults(func=_cmd_eval)
+
+
+def _env_workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= MAX_ENV_WORKERS:
+        raise argparse.ArgumentTypeError(f"expected 0..{MAX_ENV_WORKERS}, got {text!r}")
+    return value
+
+
+def add_env_worker_flags(p: argparse.ArgumentParser) -> None:
+    """``--env-workers`` and ``--env-step-timeout`` (``passkt eval``; the trainers take the same
+    names from their config fields)."""
+    p.add_argument(
+        "--env-workers",
+        type=_env_workers,
+        metavar="N",
+        help="run the envs in N worker processes: a crash, hang or exception of the env ends "
+        "one episode (recorded as an env failure) instead of the run, and slow envs step in "
+        "parallel; 0 = in this process (default: 0 for passkt's own envs, else one per core "
+        "up to 4)",
+    )
+    p.add_argument(
+        "--env-step-timeout",
+        type=_positive_float,
+        default=DEFAULT_STEP_TIMEOUT,
+        metavar="SECONDS",
+        help="with env workers, an env step (or reset) that takes longer ends its episode as an "
+        "env failure (default %(default)s)",
+    )
 
 
 def _add_stats_options(p: argparse.ArgumentParser) -> None:

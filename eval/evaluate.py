@@ -33,6 +33,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from passkt.agents.env_workers import DEFAULT_STEP_TIMEOUT, default_env_workers
 from passkt.agents.policy import Policy, SamplingParams, describe
 from passkt.agents.preflight import (
     MAX_BUDGET,
@@ -44,6 +45,7 @@ from passkt.agents.preflight import (
 )
 from passkt.agents.rollout import (
     RolloutStats,
+    check_env_workers,
     check_no_budget_kwarg,
     protocol_params,
     resolve_share_prefix,
@@ -71,6 +73,7 @@ from passkt.eval.chunking import (
     sample_seed,
     stored_scheme,
 )
+from passkt.eval.env_failures import ENV_FAILURE_RULES
 from passkt.eval.estimator import Surface, check_ks, default_ks, surface
 from passkt.eval.outcomes import OutcomeTable
 from passkt.eval.store import RunStore, chunk_bounds, load_run, make_manifest
@@ -99,7 +102,7 @@ DEFAULT_BUDGETS: tuple[int, ...] = (0, 1, 2, 3, 5)
 _RUNTIME_OPTIONS = frozenset({"device", "batch_size"})
 """Policy options that do not change which samples are drawn (not checked on resume)."""
 
-_OUTCOME_KEYS = ("task_id", "sample", "budget", "category", "correct")
+_OUTCOME_KEYS = ("task_id", "sample", "budget", "category", "correct", "env_error")
 
 
 @dataclass(frozen=True)
@@ -307,6 +310,9 @@ def evaluate(
     policy_options: Mapping[str, Any] | None = None,
     name: str | None = None,
     on_open: Callable[[Path, int, int], None] | None = None,
+    env_workers: int | None = None,
+    env_step_timeout: float = DEFAULT_STEP_TIMEOUT,
+    env_failures: str = "count",
 ) -> EvalRun:
     """Evaluate a policy on an env over the (k, T) grid.
 
@@ -339,6 +345,14 @@ def evaluate(
         on_open: Called as ``on_open(out_dir, finished_chunks, num_chunks)`` once the run
             directory is open and the policy loaded, after every argument was checked (the CLI
             prints it).
+        env_workers: Env worker processes (``passkt.agents.rollout.rollout``): ``None`` runs
+            passkt's own envs in this process and other envs in one worker per core (up to 4),
+            where a crash, hang or exception ends one episode as an env failure, not the run.
+        env_step_timeout: With workers, seconds a reset, fork or step may take.
+        env_failures: How the surface counts an episode the env failed (``Episode.env_error``):
+            ``count`` it as a failure of the agent (the default; the report says how many), or
+            ``drop`` every task with an env failure from the surface. Recorded in the manifest
+            (``runtime``) and used by ``report`` and ``compare``.
 
     Returns:
         An :class:`EvalRun`.
@@ -355,6 +369,9 @@ def evaluate(
         check_device(options.get("device"), "device")
         check_dtype(options.get("dtype"), "dtype")
     check_number("chunk_seconds", chunk_seconds, minimum=0, exclusive_minimum=True)
+    check_env_workers(env_workers, env_step_timeout)
+    if env_failures not in ENV_FAILURE_RULES:
+        raise ValueError(f"env_failures must be one of {ENV_FAILURE_RULES}, got {env_failures!r}")
     plan = _plan(env_id, env_kwargs, split, task_ids, limit, n, budgets, ks, share_prefix)
     if resume and out_dir is None:
         raise ValueError("resume=True needs out_dir (the run directory to continue)")
@@ -372,7 +389,14 @@ def evaluate(
         policy=policy if isinstance(policy, str) else describe(policy),
         # Where the model runs may change between a crash and its resume; the rest may not.
         policy_options={k: v for k, v in options.items() if k not in _RUNTIME_OPTIONS},
-        runtime={k: v for k, v in options.items() if k in _RUNTIME_OPTIONS},
+        runtime={
+            **{k: v for k, v in options.items() if k in _RUNTIME_OPTIONS},
+            "env_workers": (
+                default_env_workers(env_id) if env_workers is None else int(env_workers)
+            ),
+            "env_step_timeout": float(env_step_timeout),
+            "env_failures": env_failures,
+        },
         sampling={k: v for k, v in asdict(params).items() if k != "seeds"},
         n=n,
         budgets=plan.budgets,
@@ -408,6 +432,8 @@ def evaluate(
             params=params,
             share_prefix=plan.share_prefix,
             contract=plan.info.contract,
+            env_workers=env_workers,
+            env_step_timeout=env_step_timeout,
         )
         adaptive = bool(getattr(policy, "seeds_each_row", False))
         batching = Batching(
@@ -420,6 +446,9 @@ def evaluate(
         if store is not None:
             _, table = load_run(store.directory, name=manifest["name"])
         else:
+            if env_failures == "drop":
+                failed = {r["task_id"] for r in records if r.get("env_error")}
+                records = [r for r in records if r["task_id"] not in failed]
             table = OutcomeTable.from_records(records, name=manifest["name"])
     except Exception:  # not on Ctrl-C, after which the CLI says to --resume
         if store is not None:

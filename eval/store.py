@@ -47,6 +47,7 @@ from passkt.eval.chunk_digests import (
     digest_entry,
     truncate_digests,
 )
+from passkt.eval.env_failures import EnvFailures, env_failure_rule
 from passkt.eval.manifest import (
     FORMAT_VERSION,
     MANIFEST_FILE,
@@ -286,6 +287,20 @@ def read_run(directory: str | Path) -> RunContents:
     return replace(contents, records=tuple(records))
 
 
+def read_env_failures(directory: str | Path) -> EnvFailures:
+    """The env failures of a run directory's finished chunks, with the run's rule
+    (``passkt.eval.env_failures``)."""
+    failures = EnvFailures()
+
+    def sink(manifest: dict[str, Any]) -> EnvFailures:
+        failures.rule = env_failure_rule(manifest)
+        return failures
+
+    contents = _scan(Path(directory), sink)
+    check_whole(Path(directory), contents)
+    return failures
+
+
 def load_run(
     directory: str | Path, *, partial: bool = False, name: str | None = None
 ) -> tuple[dict[str, Any], OutcomeTable]:
@@ -328,6 +343,16 @@ def load_run(
         )
     label = escape_surrogates(str(name or manifest.get("name", "run")))  # plots need valid text
     table = builder.build(name=label)
+    if env_failure_rule(manifest) == "drop":
+        failed = read_env_failures(directory).tasks
+        kept = [t for t in table.task_ids if t not in failed]
+        if not kept:
+            raise RunDirError(
+                f"{directory}: every task has an env failure and the run drops such tasks "
+                "(env_failures=drop); nothing is left to report"
+            )
+        if failed:
+            table = table.select(kept)
     return manifest, table
 
 

@@ -43,6 +43,11 @@ def is_timing_metric(name: str) -> bool:
 # --------------------------------------------------------------------------- tasks and data order
 
 
+def env_options(config: TrainConfig) -> dict[str, Any]:
+    """The rollout's env-worker settings (``env_workers``, ``env_step_timeout``)."""
+    return {"env_workers": config.env_workers, "env_step_timeout": config.env_step_timeout}
+
+
 def env_kwargs_for(config: TrainConfig, split: str) -> dict[str, Any]:
     """``gym.make`` kwargs of the training (or evaluation) tasks."""
     return {**config.env_kwargs, "split": split}
@@ -526,6 +531,7 @@ def evaluate(
             n=1,
             budgets=(config.t_train,),
             env_kwargs=env_kwargs_for(config, config.eval_split),
+            **env_options(config),
             params=params,
             seed=seed,
         )

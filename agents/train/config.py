@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from passkt.agents.policy import SamplingParams
 from passkt.agents.preflight import MAX_BUDGET
+from passkt.agents.rollout import check_env_workers
 from passkt.envs.tasks import Task
 
 FineTune = Literal["full", "lora"]
@@ -66,6 +67,14 @@ class TrainConfig:
     """Checkpoints (``checkpoint-STEP/``) and ``metrics.jsonl`` go here."""
     seed: int = 0
     """Seeds the data order, the rollouts and torch; the same seed gives the same run on CPU."""
+    env_workers: int | None = None
+    """Run the envs of every rollout in this many worker processes (``passkt eval
+    --env-workers``): an env that crashes, hangs or raises ends one episode as an env failure,
+    which is left out of the update (it is the env's failure, not the policy's), instead of the
+    run. 0: in this process. Default: 0 for passkt's own envs, else one per core up to 4."""
+    env_step_timeout: float = 120.0
+    """With env workers: seconds an env reset or step may take before its episode is an env
+    failure."""
 
     # --- optimisation ---------------------------------------------------------------------------
     learning_rate: float = 1e-6
@@ -174,6 +183,7 @@ class TrainConfig:
             "generation_batch_size",
         )
         policy_path(self.policy)
+        check_env_workers(self.env_workers, self.env_step_timeout)
         _non_negative(self, "t_train", "warmup_steps", "save_every", "eval_every", "seed")
         if self.t_train > MAX_BUDGET:
             raise ValueError(f"t_train must be at most {MAX_BUDGET} tool calls, got {self.t_train}")

@@ -36,6 +36,7 @@ from passkt.agents.train.common import (
     TokenSequence,
     collate,
     env_kwargs_for,
+    env_options,
     length_sorted_micro_batches,
     load_model,
     load_task_list,
@@ -80,10 +81,10 @@ def train_grpo(config: GRPOConfig, *, resume: bool = False) -> TrainResult:
             rewards = torch.tensor(
                 [e.reward for e in episodes], dtype=torch.float32
             )  # (tasks * G,)
-            advantages = group_advantages(
+            advantages = env_failure_free_advantages(
                 rewards.view(len(task_ids), config.group_size),
-                config.advantage,
-                config.advantage_eps,
+                torch.tensor([e.env_error is None for e in episodes]).view(len(task_ids), -1),
+                config,
             ).view(-1)  # (tasks * G,)
             sequences = [TokenSequence.from_episode(e, config.max_length) for e in episodes]
             with timer("update"):
@@ -92,6 +93,26 @@ def train_grpo(config: GRPOConfig, *, resume: bool = False) -> TrainResult:
             metrics["samples"] = float((step + 1) * config.tasks_per_step * config.group_size)
             run.end_step(step, metrics, postfix=f"reward={metrics['reward/mean']:.3f}")
         return run.finish()
+
+
+def env_failure_free_advantages(
+    rewards: torch.Tensor, valid: torch.Tensor, config: GRPOConfig
+) -> torch.Tensor:
+    """Group advantages ``(tasks, G)`` over the episodes the env did not fail (``valid``): an
+    env failure (``Episode.env_error``) says nothing about the policy, so it gets advantage 0 and
+    stays out of its group's mean and spread; a group with fewer than two such episodes has
+    nothing to compare and gets 0 throughout. Without env failures this is
+    ``group_advantages``."""
+    if bool(valid.all()):
+        return group_advantages(rewards, config.advantage, config.advantage_eps)
+    out = torch.zeros_like(rewards, dtype=torch.float32)
+    for row in range(rewards.shape[0]):
+        keep = valid[row]
+        if int(keep.sum()) >= 2:
+            out[row, keep] = group_advantages(
+                rewards[row, keep], config.advantage, config.advantage_eps
+            )
+    return out
 
 
 def sample_groups(
@@ -105,6 +126,7 @@ def sample_groups(
         n=config.group_size,
         budgets=(config.t_train,),
         env_kwargs=env_kwargs_for(config, config.split),
+        **env_options(config),
         params=config.sampling_params(),
         seed=step_seed(config.seed, step, run.rank),
     )
@@ -284,6 +306,7 @@ def _step_metrics(
         "tool_calls": float(sum(e.tool_calls for e in episodes)),
         "turns": float(sum(len(e.turns) for e in episodes)),
         "truncated": float(sum(e.truncated for e in episodes)),
+        "env_failures": float(sum(e.env_error is not None for e in episodes)),
         "generated": float(generated),
         "policy_tokens": update.policy_tokens,
         "clipped": update.clipped_tokens,
@@ -300,6 +323,7 @@ def _step_metrics(
         "episode/tool_calls": totals["tool_calls"] / n,
         "episode/turns": totals["turns"] / n,
         "episode/truncated": totals["truncated"] / n,
+        "episode/env_failures": totals["env_failures"],
         "episode/policy_tokens": totals["policy_tokens"] / n,
         "loss/policy": totals["policy_loss"] / run.world,
         "clip_frac": totals["clipped"] / max(totals["policy_tokens"], 1.0),

@@ -37,6 +37,7 @@ from passkt.agents.train.common import (
     TokenSequence,
     collate,
     env_kwargs_for,
+    env_options,
     length_sorted_micro_batches,
     load_task_list,
     reduce_sums,
@@ -108,6 +109,7 @@ def build_expert_dataset(
         n=1,
         budgets=(config.t_train,),
         env_kwargs=env_kwargs_for(config, config.split),
+        **env_options(config),
         seed=config.seed if seed is None else seed,
         tokenizer=tokenizer,
     )
@@ -140,6 +142,7 @@ def build_self_dataset(config: SFTConfig, *, seed: int | None = None) -> list[Ex
         n=config.self_samples,
         budgets=(config.t_train,),
         env_kwargs=env_kwargs_for(config, config.split),
+        **env_options(config),
         params=SamplingParams(
             temperature=config.self_temperature, max_new_tokens=config.max_new_tokens
         ),
@@ -189,6 +192,7 @@ def build_agent_dataset(
         n=1,
         budgets=(config.t_train,),
         env_kwargs=env_kwargs_for(config, config.split),
+        **env_options(config),
         seed=config.seed if seed is None else seed,
         tokenizer=tokenizer,
         contract=contract,

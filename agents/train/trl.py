@@ -47,7 +47,7 @@ from typing import Any
 from passkt.agents.env_runtime import EnvRunner
 from passkt.agents.hf import HFPolicy
 from passkt.agents.rollout import Episode, rollout
-from passkt.agents.train.common import env_kwargs_for, load_task_list, step_seed
+from passkt.agents.train.common import env_kwargs_for, env_options, load_task_list, step_seed
 from passkt.agents.train.config import GRPOConfig, policy_path
 from passkt.agents.train.loop import TrainResult
 from passkt.agents.train.report import make_callback
@@ -177,7 +177,10 @@ def episode_to_sample(
         raise ValueError(f"episode of task {episode.task_id!r} has no sampled token")
     start = episode.policy_mask.index(True)
     completion = list(episode.token_ids[start:])
-    mask = [int(m) for m in episode.policy_mask[start:]]
+    # an episode the env failed (Episode.env_error) trains no token: the failure is not the
+    # policy's (its reward still enters TRL's group baseline, which the adapter does not own)
+    trained = episode.env_error is None
+    mask = [int(m and trained) for m in episode.policy_mask[start:]]
     logprobs = [float(x) for x in episode.logprobs[start:]]
     truncated = max_completion_length is not None and len(completion) > max_completion_length
     if truncated:
@@ -227,6 +230,7 @@ def episode_metrics(episodes: Sequence[Episode], samples: Sequence[TRLSample]) -
         )
         / n,
         "episode/policy_tokens": sum(sum(s.env_mask) for s in samples) / n,
+        "episode/env_failures": float(sum(e.env_error is not None for e in episodes)),
     }
 
 
@@ -276,6 +280,7 @@ class PassktRollout:
                 n=call.n,
                 budgets=(self.config.t_train,),
                 env_kwargs=env_kwargs_for(self.config, self.config.split),
+                **env_options(self.config),
                 params=self.config.sampling_params(),
                 seed=seed + 7919 * index,
             )
