@@ -34,10 +34,13 @@ __all__ = [
     "answer_content",
     "balanced",
     "base_subscripts",
+    "closed_form_size",
     "decimal_places",
     "exact",
+    "is_variable",
+    "rounds_to",
+    "significant_digits",
     "unwrap_assignment",
-    "within_decimal_precision",
 ]
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -54,11 +57,17 @@ class ParsedMath:
     """A parsed answer: math-verify's parse of its content plus what math-verify does not keep."""
 
     exprs: tuple[object, ...]
-    """math-verify's ``parse`` of the content (sympy objects, then its normalized string)."""
+    """latex2sympy's parse of the normalized content (a sympy object, then the normalized text)."""
     bases: tuple[str, ...]
     """The base subscripts of its numerals, in order (``base_subscripts``)."""
     decimals: int | None
     """Decimal places when the content is a plain decimal number, else None."""
+    significant: int | None = None
+    """Significant digits when the content is a plain decimal number (``3.14``: 3), else None."""
+    size: int | None = None
+    """Symbols the content is written with (``closed_form_size``); None if it has a decimal."""
+    text: str | None = None
+    """The words of a text answer (``\\text{Evelyn}``: ``evelyn``); None for mathematics."""
 
 
 def _group_end(text: str, open_brace: int) -> int | None:
@@ -145,6 +154,31 @@ def decimal_places(latex: str) -> int | None:
     return len(match.group(1)) if match else None
 
 
+def significant_digits(latex: str) -> int | None:
+    """Significant digits of a plain decimal number as written (``"0.150"`` -> 3), else None."""
+    places = decimal_places(latex)
+    if places is None:
+        return None
+    digits = re.sub(r"\D", "", _TEXT.sub("", latex))
+    return max(len(digits.lstrip("0")), 1)
+
+
+_DECIMAL_LITERAL = re.compile(r"\d\.\d|(?<!\d)\.\d")
+_SIZE_TOKEN = re.compile(
+    r"\d|\\(?!frac\b|cdot\b|times\b|left\b|right\b)[A-Za-z]+|(?<![A-Za-z\\])e(?![A-Za-z])"
+)
+
+
+def closed_form_size(latex: str) -> int | None:
+    """How many symbols ``latex`` is written with: digits, constants and functions (``\\pi``,
+    ``e``, ``\\sqrt``, ``\\ln`` ...; ``\\frac`` and operators are free). None when it contains a
+    decimal number: a decimal inside a closed form is itself an approximation.
+    ``\\pi`` -> 1, ``2\\sqrt{2}`` -> 3, ``\\frac{\\pi}{21}`` -> 3."""
+    if _DECIMAL_LITERAL.search(latex):
+        return None
+    return len(_SIZE_TOKEN.findall(latex))
+
+
 def exact(expr: object) -> object:
     """``expr`` with each sympy ``Float`` replaced by the exact fraction of its decimal digits."""
     from sympy import Basic, Float, Rational  # start-up cost: sympy, 0.25 s, for math answers only
@@ -157,34 +191,66 @@ def exact(expr: object) -> object:
     return expr.xreplace({f: Rational(str(f)) for f in floats})
 
 
-def unwrap_assignment(pred: object, gold: object) -> object | None:
-    """The value of a predicted equation compared with a gold value, or ``pred`` itself.
+_VARIABLE = re.compile(
+    r"[A-Za-z](?:_.*)?|alpha|beta|gamma|delta|theta|lambda|mu|phi|psi|rho|sigma|tau|omega"
+)
 
-    ``x = 5`` against a gold ``5`` is ``5``; any other equation against a value (``5 = 3``,
-    ``2x = 10``, a chain) is None: it is not a value. Against a gold equation, ``pred`` is kept.
+
+def is_variable(expr: object) -> bool:
+    """Whether ``expr`` is a variable a reader would assign to: one letter, maybe subscripted
+    (``x``, ``x_1``), or a Greek letter; not a word (``\\text{odd}``)."""
+    return bool(getattr(expr, "is_Symbol", False) and _VARIABLE.fullmatch(expr.name))
+
+
+def unwrap_assignment(pred: object, gold: object) -> object | None:
+    """The value of a predicted assignment compared with a gold value, or ``pred`` itself.
+
+    ``x = 5`` against a gold ``5`` is ``5``, and ``(x, y) = (15, -29)`` is ``(15, -29)``; any
+    other equation against a value (``5 = 3``, ``2x = 10``, ``\\text{odd} = \\text{even}``, a
+    chain) is None: it is not a value. Against a gold equation, ``pred`` is kept.
     """
-    from sympy import And, Eq  # start-up cost: sympy, 0.25 s, for math answers only
+    from sympy import And, Eq, Tuple  # start-up cost: sympy, 0.25 s, for math answers only
 
     # start-up cost: sympy, 0.25 s, for math answers only
     from sympy.core.relational import Relational
 
     if isinstance(gold, Relational | And) or not isinstance(pred, Relational | And):
         return pred
-    if isinstance(pred, Eq) and pred.lhs.is_Symbol and pred.lhs not in pred.rhs.free_symbols:
-        return pred.rhs
-    return None
+    if not isinstance(pred, Eq):
+        return None
+    lhs, rhs = pred.lhs, pred.rhs
+    names = list(lhs) if isinstance(lhs, Tuple) else [lhs]
+    if isinstance(lhs, Tuple) and not (isinstance(rhs, Tuple) and len(rhs) == len(lhs)):
+        return None
+    if not all(is_variable(name) for name in names) or len(set(names)) != len(names):
+        return None
+    if set(names) & getattr(rhs, "free_symbols", set()):
+        return None
+    return rhs
 
 
-def within_decimal_precision(pred: object, gold: object, decimals: int) -> bool:
-    """Whether an irrational number ``pred`` rounds to the decimal ``gold`` at ``decimals``."""
+def rounds_to(
+    pred: object, pred_size: int | None, gold: object, places: int, significant: int
+) -> bool:
+    """Whether a closed form ``pred`` may stand for a decimal gold that is itself rounded.
+
+    The gold ``3.14`` (``places`` 2, ``significant`` 3) accepts ``\\pi``: an irrational number
+    without variables that rounds to the gold at its places, written with fewer symbols than the
+    gold has significant digits (``closed_form_size``) and without a decimal in it. A form of as
+    many symbols as the gold has digits can be tuned to land on any gold (``\\frac{\\pi}{21}``
+    on ``0.15``, ``\\sqrt{10.3}`` or ``3.21+\\frac{\\sqrt2}{1000}`` on ``3.21``); one with
+    fewer cannot encode the gold's digits, so it is a closed form of the value, not a fit.
+    """
     from sympy import Abs, Basic, N, Rational  # start-up cost: sympy, 0.25 s, for math answers only
 
+    if pred_size is None or pred_size >= significant:
+        return False
     if not (isinstance(pred, Basic) and isinstance(gold, Rational)):
         return False
     if not pred.is_number or pred.free_symbols or pred.is_rational is not False:
         return False
     try:
         distance = N(Abs(pred - gold), 30)
-        return bool(distance.is_real) and distance <= Rational(1, 2 * 10**decimals)
+        return bool(distance.is_real) and distance <= Rational(1, 2 * 10**places)
     except (TypeError, ValueError, ArithmeticError):
         return False

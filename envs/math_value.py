@@ -19,16 +19,21 @@ from passkt.envs.math_answer import (
     answer_content,
     balanced,
     base_subscripts,
+    closed_form_size,
     decimal_places,
     exact,
+    is_variable,
+    rounds_to,
+    significant_digits,
     unwrap_assignment,
-    within_decimal_precision,
 )
+from passkt.envs.math_grammar import is_text_answer, normalize, one_object_reason, text_answer
 from passkt.envs.math_guard import refusal
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "MAX_ANSWER_CHARS",
     "MAX_MATH_CHARS",
     "MAX_MATH_DIGITS",
     "MAX_SYMBOLIC_POWER",
@@ -37,8 +42,12 @@ __all__ = [
 ]
 
 MAX_MATH_CHARS = 1000
-"""Longer predictions or gold answers are not compared (not equal): a final answer is short, and
-sympy's cost grows quickly with expression size."""
+"""Longer final answers (the content of the box, or the whole answer when there is none) are not
+compared (not equal): a final answer is short, and sympy's cost grows quickly with its size."""
+
+MAX_ANSWER_CHARS = 100_000
+"""Longer answers, prose included, are not compared: finding the box is linear in the length,
+and prose before a short boxed answer is normal."""
 
 MAX_MATH_DIGITS = 100_000
 """Upper bound on the decimal digits of any number an expression can denote (estimated from its
@@ -67,27 +76,41 @@ def parse_math(answer: str) -> ParsedMath | str:
     """The parsed value of an answer's whole content, or the reason it is too costly to compare.
 
     The content is ``answer_content(answer)`` (the last ``\\boxed{}``, else the last ``$...$``,
-    else everything); it is parsed as one LaTeX expression by math-verify (its normalization:
-    ``\\dfrac``, ``\\text{}`` units, ``\\!``, ``\\$``), and nothing shorter is ever tried. An
-    answer that cannot be parsed whole gives a ``ParsedMath`` with no expressions (not equal to
-    anything). Unbounded in time by itself: the worker process (``passkt.envs.math_worker``)
-    calls it.
+    else everything), normalized by ``passkt.envs.math_grammar.normalize`` (Unicode, spacing,
+    thousands separators, units at the end, ...). What is left must be one object
+    (``one_object_reason``): words, kept as text, or one LaTeX expression for latex2sympy, and
+    nothing shorter is ever tried. An answer that is not one object gives a ``ParsedMath`` with
+    no expressions (not equal to anything). Unbounded in time by itself: the worker process
+    (``passkt.envs.math_worker``) calls it.
     """
     if not isinstance(answer, str):
         return _UNPARSED
-    if len(answer) > MAX_MATH_CHARS:
-        return f"not compared: longer than {MAX_MATH_CHARS} characters"
-    reason = refusal(answer)
+    if len(answer) > MAX_ANSWER_CHARS:
+        return f"not compared: longer than {MAX_ANSWER_CHARS} characters"
+    content = answer_content(answer)
+    if content is None:
+        return _UNPARSED
+    if len(content) > MAX_MATH_CHARS:
+        return f"not compared: a final answer longer than {MAX_MATH_CHARS} characters"
+    reason = refusal(content)
     if reason is not None:
         return f"not compared: {reason}"
-    content = answer_content(answer)
-    if not content or not balanced(content):
+    content = normalize(content)
+    if not content or not balanced(content) or one_object_reason(content) is not None:
         return _UNPARSED
+    if is_text_answer(content):
+        return ParsedMath((), (), None, text=text_answer(content))
     parsed = _parse_whole(content)
     reason = _too_costly(parsed)
     if reason is not None:
         return f"not compared: {reason}"
-    return ParsedMath(tuple(parsed), base_subscripts(content), decimal_places(content))
+    return ParsedMath(
+        tuple(parsed),
+        base_subscripts(content),
+        decimal_places(content),
+        significant=significant_digits(content),
+        size=closed_form_size(content),
+    )
 
 
 _UNPARSED = ParsedMath((), (), None)
@@ -95,23 +118,25 @@ _UNPARSED = ParsedMath((), (), None)
 
 def _parse_whole(content: str) -> tuple[object, ...]:
     """``(value, normalized text)``, or ``(normalized text,)`` when the content is not one
-    expression. math-verify's normalization, then latex2sympy on all of it: math-verify's own
-    ``parse`` is not used, as it searches the text for anything parseable (an ``answer`` word
-    followed by a fraction, the last part of ``a = b = c``, a leading number)."""
+    expression. math-verify's normalization without its unit stripping (which drops everything
+    after a ``\\text{}``: ``passkt.envs.math_grammar`` strips units, at the end only), then
+    latex2sympy on all of it: math-verify's own ``parse`` is not used, as it searches the text
+    for anything parseable (an ``answer`` word followed by a fraction, the last part of
+    ``a = b = c``, a leading number)."""
     # start-up cost: latex2sympy, 0.3 s, for math answers only
     from latex2sympy2_extended import latex2sympy
 
     # start-up cost: latex2sympy, 0.3 s, for math answers only
-    from latex2sympy2_extended.math_normalization import normalize_latex
-
-    # start-up cost: math-verify, 0.3 s, for math answers only
-    from math_verify import LatexExtractionConfig
+    from latex2sympy2_extended.math_normalization import NormalizationConfig, normalize_latex
 
     # start-up cost: math-verify, 0.3 s, for math answers only
     from math_verify.grader import should_treat_as_complex
 
+    config = NormalizationConfig(
+        basic_latex=True, units=False, malformed_operators=True, nits=True, boxed="none"
+    )
     try:
-        normalized = normalize_latex(content, config=LatexExtractionConfig().normalization_config)
+        normalized = normalize_latex(content, config=config)
     except Exception:  # a last net: normalization is regular expressions
         logger.debug("normalization failed on %.80r", content, exc_info=True)
         return ()
@@ -130,15 +155,14 @@ def _parse_whole(content: str) -> tuple[object, ...]:
 def math_equal_parsed(gold: ParsedMath, prediction: ParsedMath) -> bool:
     """Whether two ``parse_math`` results are the same value (no timeout; see ``parse_math``).
 
-    Numbers are compared exactly (decimals as the fractions they denote), base subscripts must
-    agree, an equation equals a value only as an assignment ``x = value``, and a decimal gold
-    accepts an irrational closed form that rounds to it (``passkt.envs.math_answer``); the rest
-    is math-verify's ``verify`` (sets, intervals, tuples, matrices, equations, symbolic forms).
+    Text answers equal the same words. Otherwise base subscripts must agree, and the value must
+    pass ``_same_value``: of the gold's kind, with no variable the gold lacks, exact numbers,
+    an equation only as an assignment, a tolerance only for a rounded decimal gold.
     """
+    if gold.text is not None or prediction.text is not None:
+        return _same_text(gold, prediction)
     if not gold.exprs or not prediction.exprs or gold.bases != prediction.bases:
         return False
-    from math_verify import verify  # start-up cost: math-verify, 0.3 s, for math answers only
-
     for gold_expr in gold.exprs:
         for pred_expr in prediction.exprs:
             if isinstance(gold_expr, str) or isinstance(pred_expr, str):
@@ -146,21 +170,103 @@ def math_equal_parsed(gold: ParsedMath, prediction: ParsedMath) -> bool:
                     return True  # the same normalized text
                 continue
             try:
-                exact_gold = exact(gold_expr)
-                value = unwrap_assignment(exact(pred_expr), exact_gold)
-                if value is None:
-                    continue
-                if gold.decimals is not None and within_decimal_precision(
-                    value, exact_gold, gold.decimals
-                ):
-                    return True
-                if verify([exact_gold], [value], timeout_seconds=None):
+                if _same_value(gold_expr, pred_expr, gold, prediction):
                     return True
             except Exception:  # math-verify catches most errors itself: last net
                 logger.debug(
                     "compare failed on %.80r vs %.80r", pred_expr, gold_expr, exc_info=True
                 )
     return False
+
+
+def _same_text(gold: ParsedMath, prediction: ParsedMath) -> bool:
+    """Words equal words; a one-letter choice also equals its letter (``\\text{(C)}``, ``C``)."""
+    if gold.text is not None and prediction.text is not None:
+        return gold.text == prediction.text
+    if gold.text is not None and prediction.exprs:
+        name = getattr(prediction.exprs[0], "name", None)
+        return len(gold.text) == 1 and isinstance(name, str) and name.lower() == gold.text
+    return False
+
+
+def _same_value(gold_expr: object, pred_expr: object, gold: ParsedMath, pred: ParsedMath) -> bool:
+    """The value rules of ``math_equal_parsed`` for one parsed gold and prediction."""
+    from math_verify import verify  # start-up cost: math-verify, 0.3 s, for math answers only
+
+    gold_value = _imaginary_unit(exact(gold_expr))
+    value = unwrap_assignment(_imaginary_unit(exact(pred_expr)), gold_value)
+    if value is None:
+        return False
+    gold_value = _assigned_value(gold_value, value)
+    if _kind(value) != _kind(gold_value) or _has_relation(value) > _has_relation(gold_value):
+        return False
+    if not _names(value) <= _names(gold_value):
+        return False  # I am not sure \cdot 0, 9\text{cm}+1: a variable the gold does not have
+    if (
+        gold.decimals is not None
+        and gold.significant is not None
+        and rounds_to(value, pred.size, gold_value, gold.decimals, gold.significant)
+    ):
+        return True
+    return bool(verify([gold_value], [value], timeout_seconds=None))
+
+
+def _imaginary_unit(expr: object) -> object:
+    """``expr`` with the letter ``i`` read as the imaginary unit: latex2sympy reads it so only in
+    some spellings (``5i``), not in others (``6 - 5\\cdot i``, ``6 + (-5)i``)."""
+    from sympy import Basic, I  # start-up cost: sympy, 0.25 s, for math answers only
+
+    if not isinstance(expr, Basic):
+        return expr
+    letters = {s: I for s in expr.free_symbols if getattr(s, "name", None) == "i"}
+    return expr.xreplace(letters) if letters else expr
+
+
+def _assigned_value(gold: object, pred: object) -> object:
+    """A gold assignment (``x = 5``, ``x \\in [-2, 7]``) as its value when ``pred`` is a value."""
+    from sympy import Eq  # start-up cost: sympy, 0.25 s, for math answers only
+
+    if isinstance(gold, Eq) and is_variable(gold.lhs) and not _has_relation(pred):
+        return gold.rhs
+    return gold
+
+
+def _kind(expr: object) -> str:
+    """The kind of object an answer is: a value, an interval, a set, a tuple or a relation."""
+    # start-up cost: sympy, 0.25 s, for math answers only
+    from sympy import And, FiniteSet, Interval, Or, Tuple, Union
+
+    # start-up cost: sympy, 0.25 s, for math answers only
+    from sympy.core.relational import Relational
+
+    # start-up cost: sympy, 0.25 s, for math answers only
+    from sympy.matrices import MatrixBase
+
+    if isinstance(expr, Interval | Union):
+        return "interval"
+    if isinstance(expr, FiniteSet):
+        return "set"
+    if isinstance(expr, Tuple | MatrixBase):
+        return "tuple"
+    if isinstance(expr, Relational | And | Or):
+        return "relation"
+    return "value"
+
+
+def _has_relation(expr: object) -> bool:
+    """Whether an equation, inequality or truth value occurs anywhere in ``expr``
+    (``7 = 1,-2`` is the list ``{7 = 1, -2}``)."""
+    from sympy import Basic  # start-up cost: sympy, 0.25 s, for math answers only
+    from sympy.logic.boolalg import Boolean  # start-up cost: sympy, for math answers only
+
+    if not isinstance(expr, Basic):
+        return False
+    return isinstance(expr, Boolean) or bool(expr.atoms(Boolean))
+
+
+def _names(expr: object) -> set[str]:
+    """The names of the free variables of ``expr``."""
+    return {getattr(s, "name", str(s)) for s in getattr(expr, "free_symbols", set())}
 
 
 def _too_costly(parsed: Iterable[object]) -> str | None:
