@@ -289,6 +289,8 @@ class ToolUseEnv(gym.Env[str, str]):
         self.action_space = self._action_space(self.max_tool_calls)
         self.observation_space = UnicodeText(OBSERVATION_MAX_LENGTH)
         self._episode: _Episode | None = None
+        self._failed_reset: str | None = None
+        """Why the last ``reset`` failed (until one succeeds): later calls say so."""
 
     # --- construction helpers -------------------------------------------------------------------
 
@@ -386,8 +388,11 @@ class ToolUseEnv(gym.Env[str, str]):
             The question (plus the final notice when T = 0) and the info dict.
 
         Raises:
-            UnknownTaskError: ``task_id`` is not one of ``self.tasks``.
+            UnknownTaskError: ``task_id`` is not one of ``self.tasks``. The episode before it
+                is over either way: ``step`` raises ``UnknownTaskError`` again, naming the failed
+                reset, until a reset succeeds.
         """
+        self._episode = None  # a reset that fails must not leave the previous episode running
         if options is not None and not isinstance(options, Mapping):
             raise ValueError(
                 f"reset(options=...) must be a dict such as {{'task_id': 'id'}}, got "
@@ -399,7 +404,11 @@ class ToolUseEnv(gym.Env[str, str]):
         if unknown:
             raise ValueError(f"reset(options=...) takes only 'task_id', got {sorted(unknown)}")
         if "task_id" in options:
-            task = self._find_task(options["task_id"])
+            try:
+                task = self._find_task(options["task_id"])
+            except UnknownTaskError as error:
+                self._failed_reset = str(error)
+                raise
         else:
             task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
         core = (
@@ -408,7 +417,7 @@ class ToolUseEnv(gym.Env[str, str]):
             else task.question
         )
         episode = _Episode(task=task, core=core, observation="")
-        self._episode = episode
+        self._episode, self._failed_reset = episode, None
         episode.observation = self._with_suffix(core, self.max_tool_calls, episode)
         return episode.observation, self._info(episode)
 
@@ -419,9 +428,15 @@ class ToolUseEnv(gym.Env[str, str]):
             observation, reward, terminated, truncated, info.
 
         Raises:
+            UnknownTaskError: The last ``reset`` failed on an unknown ``task_id``.
             gymnasium.error.ResetNeeded: The episode has ended, or ``reset`` was never called.
         """
         episode = self._episode
+        if episode is None and self._failed_reset is not None:
+            raise UnknownTaskError(
+                f"step() after a failed reset: {self._failed_reset} Call reset() with a task_id "
+                "of this env's tasks (or none) before stepping."
+            )
         if episode is None or episode.finished:
             raise gym.error.ResetNeeded("The episode has ended (or never began): call reset().")
         r1 = self.protocol_name == "search-r1"
