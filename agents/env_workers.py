@@ -339,10 +339,10 @@ class WorkerEnvs:
         pending = {key: held for key, held in old.keys.items() if key != skip}
         self.restarts += 1
         logger.warning(
-            "%s: an env worker ended (%s); a new one replays its %d other episodes",
+            "%s: an env worker ended (%s); a new one takes its place%s",
             self.runner.env_id,
             how,
-            len(pending),
+            f" and replays its {len(pending)} other episodes" if pending else "",
         )
         while True:
             new = self._spawn()

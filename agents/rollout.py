@@ -39,8 +39,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from passkt.agents.env_runtime import EnvRunner, History
 from passkt.agents.env_workers import (
     DEFAULT_STEP_TIMEOUT,
@@ -58,6 +56,7 @@ from passkt.agents.policy import (
     SamplingParams,
     TokenPolicy,
 )
+from passkt.agents.progress import progress_bar
 from passkt.envs.contract import AgentInterface, EnvContract
 
 logger = logging.getLogger(__name__)
@@ -459,7 +458,7 @@ def _run(
     calls = 0
     generated = 0
     gen_seconds = 0.0
-    bar = tqdm(total=len(mains), desc="episodes", disable=not progress, leave=False)
+    bar = progress_bar(total=len(mains), desc="episodes", disable=not progress, leave=False)
     round_index = 0
     while live:
         bar.set_postfix_str(f"round {round_index + 1}, {len(live)} live", refresh=True)

@@ -426,40 +426,48 @@ def _make(env_id: str, kwargs: Mapping[str, Any]) -> gym.Env:
         raise EnvContractError(f"gym.make({env_id!r}, **{dict(kwargs)}) failed: {e}") from e
 
 
-def _probe(env_id: str, kwargs: Mapping[str, Any], options: Any) -> tuple[Any, ...] | None:
+def _probe(env_id: str, kwargs: Mapping[str, Any], options: Any) -> tuple[Any, ...] | str:
     """Reset a fresh env (seed 0, ``options``) and step it once with the probe action: the
-    reset observation and the step's result, or ``None`` when the env refuses (a probe of a
-    capability the env may lack, so any error means "not proven")."""
+    reset observation and the step's result, or, when the env refuses (a probe of a capability
+    the env may lack, so any error means "not proven"), what it raised."""
     try:
         env = gym.make(env_id, **kwargs, disable_env_checker=True)
-    except Exception:  # the env, or the library it forwards **kwargs to, refuses them
-        return None
+    except Exception as error:  # the env, or the library it forwards **kwargs to, refuses them
+        return f"the constructor raised {type(error).__name__}: {str(error)[:160]}"
     try:
         observation, _ = env.reset(seed=0, options=options)
         return (observation, *env.step(PROBE_ACTION))
-    except Exception:
-        return None
+    except Exception as error:
+        return f"its reset or probe step raised {type(error).__name__}: {str(error)[:160]}"
     finally:
         env.close()
 
 
-def _proves_budget(env_id: str, kwargs: Mapping[str, Any], options: Any) -> bool:
+def _proves_budget(env_id: str, kwargs: Mapping[str, Any], options: Any) -> tuple[bool, str]:
     """Whether a ``**kwargs`` env enforces ``max_tool_calls``: made with T = 0 it ends the probe
-    episode at the first call, made with T = 1 it does not and reports one call."""
-    at_zero = _probe(env_id, {**kwargs, "max_tool_calls": 0}, options)
-    at_one = _probe(env_id, {**kwargs, "max_tool_calls": 1}, options)
-    if at_zero is None or at_one is None:
-        return False
-    *_, terminated0, truncated0, info0 = at_zero
-    *_, terminated1, truncated1, info1 = at_one
+    episode at the first call, made with T = 1 it does not and reports one call. The second
+    item says why not (for the fallback's announcement)."""
+    probes = {}
+    for budget in (0, 1):
+        probe = _probe(env_id, {**kwargs, "max_tool_calls": budget}, options)
+        if isinstance(probe, str):
+            return False, f"made with max_tool_calls={budget}, {probe}"
+        probes[budget] = probe
+    *_, terminated0, truncated0, info0 = probes[0]
+    *_, terminated1, truncated1, info1 = probes[1]
     if not isinstance(info0, Mapping) or not isinstance(info1, Mapping):
-        return False
-    return (
-        bool(terminated0 or truncated0)
-        and "tool_calls" in info0
-        and not (terminated1 or truncated1)
-        and info1.get("tool_calls") == 1
-    )
+        return False, "its info is not a dict"
+    if not (terminated0 or truncated0) or "tool_calls" not in info0:
+        return False, (
+            "an env made with max_tool_calls=0 did not end the probe episode at the first call "
+            "while reporting info['tool_calls']"
+        )
+    if terminated1 or truncated1 or info1.get("tool_calls") != 1:
+        return False, (
+            "an env made with max_tool_calls=1 ended the probe episode at the first call, or "
+            "did not report info['tool_calls'] == 1"
+        )
+    return True, ""
 
 
 def _proves_split(env_id: str, kwargs: Mapping[str, Any]) -> bool:
@@ -635,12 +643,12 @@ def _inspect(
     else:
         protocol = AgentInterface.from_value(raw_protocol, env_id)
     _check_speaks_text(env, env_id, 0, options)
-    takes_budget = named_budget or (var_keyword and _proves_budget(env_id, kwargs, options))
+    takes_budget, why_not = named_budget, ""
+    if not named_budget and var_keyword:
+        takes_budget, why_not = _proves_budget(env_id, kwargs, options)
     if not takes_budget:
         how = (
-            "the constructor takes **kwargs, but an env made with max_tool_calls=0 did not end "
-            "the probe episode at the first call while reporting info['tool_calls'], so the "
-            "argument is not passed"
+            f"the constructor takes **kwargs, but {why_not}, so the argument is not passed"
             if var_keyword
             else "no max_tool_calls= argument"
         )

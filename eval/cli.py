@@ -62,6 +62,10 @@ _PLUGINS: dict[str, tuple[str, str]] = {
     "train": ("passkt.agents.train.cli", "train a policy with GRPO or SFT on any registered env"),
     "analyze": ("passkt.eval.analysis.cli", "segment perplexity and strategy diversity of runs"),
     "power": ("passkt.eval.cli_power", "problems (or the smallest change) a comparison needs"),
+    "check-env": (
+        "passkt.eval.cli_check_env",
+        "inspect an env and step it with hostile text (crashes, hangs, exceptions)",
+    ),
 }
 """Subcommands that live in other modules: name -> (module with ``add_parser(subparsers)``, help).
 A module is imported only when its command runs, so the CLI starts fast and works without it."""

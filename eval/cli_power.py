@@ -6,10 +6,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
 from passkt.eval.cli import _positive_int
+from passkt.eval.estimator import default_ks, pass_at_k_array
 from passkt.eval.power import (
     DEFAULT_SIMS,
     PowerAnswer,
@@ -18,6 +20,7 @@ from passkt.eval.power import (
     seed_level_power,
     smallest_change,
     smoothed_rates,
+    true_pass_at_k,
 )
 from passkt.eval.store import load_run
 
@@ -87,6 +90,51 @@ def answer_markdown(answer: PowerAnswer, budget: int, run: str) -> str:
     return head + "\n\n" + "\n".join(rows) + "\n"
 
 
+def check_room(path: Path, table: Any, budget: int, k: int, delta: float) -> None:
+    """Refuse, in one line, a ``--delta`` that would take pass@(k, T) out of (0, 1), naming the
+    value the report shows and the ``--k``, ``--T`` or ``--delta`` that would answer.
+
+    The simulation moves the base's smoothed rates ``(c + 1/2) / (n + 1)`` (so that a problem
+    solved n of n times can still fail); their pass@k is what must stay inside (0, 1)."""
+
+    def smoothed(k: int, t: int) -> float:
+        return true_pass_at_k(
+            smoothed_rates(counts_at(table.correct, table.budgets, t), table.n), k
+        )
+
+    base = smoothed(k, budget)
+    if 0.0 < base + delta < 1.0:
+        return
+    counts = counts_at(table.correct, table.budgets, budget)
+    shown = float(pass_at_k_array(table.n, counts, k).mean())
+    fits = (lambda value: value + delta < 1.0) if delta > 0 else (lambda value: value + delta > 0)
+    hints = []
+    ks = [j for j in default_ks(table.n) if j < k and fits(smoothed(j, budget))]
+    if ks:
+        hints.append(f"--k {ks[-1]}")
+    budgets = [t for t in table.budgets if t != budget and fits(smoothed(k, t))]
+    if budgets:
+        hints.append(f"--T {budgets[0] if delta > 0 else budgets[-1]}")
+
+    def smaller(value: float) -> str | None:
+        room = 1.0 - value if delta > 0 else value
+        size = math.floor(room * 100) / 100 - 0.01
+        return f"--delta {'' if delta > 0 else '-'}{size:.2f}" if size >= 0.01 else None
+
+    if smaller(base):
+        hints.append(smaller(base))
+    if not hints:  # the most room there is: pass@1 at the lowest (gain) or highest (loss) T
+        t = table.budgets[0] if delta > 0 else table.budgets[-1]
+        widest = smaller(smoothed(1, t))
+        if widest:
+            hints.append(f"--k 1 --T {t} {widest}")
+    raise ValueError(
+        f"{path}: pass@({k}, {budget}) is {shown:.3f} (as `passkt report` shows it; {base:.3f} "
+        f"under the smoothed rates the simulation moves), which leaves no room for a change of "
+        f"{delta:+g}; try " + (" or ".join(hints) if hints else "another run")
+    )
+
+
 def run_power(args: argparse.Namespace) -> int:
     if (args.delta is None) == (args.problems is None):
         raise ValueError("give --delta (problems needed) or --problems (smallest change), not both")
@@ -108,6 +156,7 @@ def run_power(args: argparse.Namespace) -> int:
         counts = counts_at(table.correct, table.budgets, budget)
         rates = smoothed_rates(counts, table.n)
         if args.delta is not None:
+            check_room(path, table, budget, k, args.delta)
             answer = required_problems(rates, delta=args.delta, power=args.power, **common)
         else:
             direction = -1.0 if args.loss else 1.0

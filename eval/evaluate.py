@@ -31,8 +31,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from passkt.agents.env_workers import DEFAULT_STEP_TIMEOUT, default_env_workers
 from passkt.agents.policy import Policy, SamplingParams, describe
 from passkt.agents.preflight import (
@@ -43,6 +41,7 @@ from passkt.agents.preflight import (
     check_number,
     check_policy_spec,
 )
+from passkt.agents.progress import progress_bar
 from passkt.agents.rollout import (
     RolloutStats,
     check_env_workers,
@@ -485,7 +484,7 @@ def _run_chunks(
     parts: list[RolloutStats] = []
     done = sum(stop - start for i, (start, stop) in enumerate(bounds) if i in skipped)
     todo = [i for i in range(len(bounds)) if i not in skipped]
-    bar = tqdm(
+    bar = progress_bar(
         total=len(ids), initial=done, desc=f"{env_id} tasks", unit="task", disable=not progress
     )
     try:

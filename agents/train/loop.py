@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from passkt.agents.hf import HFPolicy
 from passkt.agents.lean import LeanPolicy
@@ -30,6 +29,7 @@ from passkt.agents.preflight import (
     missing_top,
     remove_created,
 )
+from passkt.agents.progress import progress_bar
 from passkt.agents.train.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
@@ -245,7 +245,7 @@ class TrainingRun:
         """The remaining step indices, with a progress bar on the main process."""
         if self.start_step == 0 and self.eval_tasks:
             self.metrics.log(0, self.evaluate())
-        self._bar = tqdm(
+        self._bar = progress_bar(
             total=self.total_steps,
             initial=self.start_step,
             desc=desc,

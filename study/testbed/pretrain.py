@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from passkt.agents.progress import progress_bar
 from passkt.eval.manifest import git_commit, package_versions
 from passkt.study.testbed.corpus import Corpus, CorpusConfig, build_corpus
 from passkt.study.testbed.model import MODEL_SIZES, build_model, save_checkpoint
@@ -474,7 +474,7 @@ def pretrain(config: PretrainConfig, *, resume: bool = False) -> PretrainResult:
     _record_environment(out, start)
     metrics_file = _open_metrics(out, start)
     end = config.stop_step or config.max_steps
-    bar = tqdm(total=end, initial=start, disable=not config.progress, desc="pretrain")
+    bar = progress_bar(total=end, initial=start, disable=not config.progress, desc="pretrain")
     began, window, window_start, last = time.perf_counter(), {}, time.perf_counter(), {}
     step = start
     try:

@@ -62,6 +62,25 @@ def test_a_kwargs_constructor_that_swallows_arguments_takes_neither(caplog):
     assert "takes **kwargs, but an env made with max_tool_calls=0" in caplog.text
 
 
+def _strict(**kwargs):
+    """An adapter that forwards **kwargs to a constructor without max_tool_calls."""
+    from kv_lookup import KVLookupMinimal
+
+    return KVLookupMinimal(**kwargs)
+
+
+gym.register("StrictKV-v0", entry_point=_strict)
+
+
+def test_a_kwargs_constructor_that_raises_is_named_in_the_fallback(caplog):
+    with caplog.at_level(logging.WARNING, logger="passkt"):
+        found = inspect_env("StrictKV-v0")
+    assert not found.takes_budget
+    assert "made with max_tool_calls=0, the constructor raised TypeError" in caplog.text
+    assert "unexpected keyword argument 'max_tool_calls'" in caplog.text
+    assert "did not end the probe episode" not in caplog.text
+
+
 def test_a_kwargs_constructor_that_honours_them_proves_both():
     found = inspect_env("ForwardingKV-v0")
     assert found.takes_budget and found.takes_split and found.forkable

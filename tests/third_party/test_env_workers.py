@@ -145,3 +145,24 @@ def test_train_grpo_goes_on_past_a_crashing_env(tmp_path):
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     failures = [s["episode/env_failures"] for s in steps if "episode/env_failures" in s]
     assert len(failures) == 2 and sum(failures) > 0
+
+
+@pytest.mark.parametrize(
+    ("fail", "label", "outcome"),
+    [("segv", "control inside", "signal"), ("hang", "NUL", "timeout"), ("none", None, None)],
+)
+def test_check_env_names_the_hostile_text_that_crashed_or_hung(fail, label, outcome):
+    done = passkt(
+        "check-env", "crashy:Crashy-v0", "--env-kwargs", f"fail={fail}", "--timeout", "0.5",
+        ok=False,
+    )  # fmt: skip
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "`" in line]
+    assert len(rows) >= 25
+    failed = {
+        row.split(":")[0][2:]: row.split("|")[2].strip() for row in rows if "| ok |" not in row
+    }
+    if outcome is None:
+        assert done.returncode == 0 and not failed
+    else:
+        assert done.returncode == 1 and failed[label] == outcome
+        assert set(failed.values()) == {outcome}
