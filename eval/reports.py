@@ -28,7 +28,7 @@ from passkt.eval.stats import (
     surface_interval,
     venn,
 )
-from passkt.eval.store import escape_surrogates, load_run
+from passkt.eval.store import escape_surrogates, load_run, read_env_failures
 from passkt.eval.tables import (
     boundary_difference_markdown,
     boundary_markdown,
@@ -137,6 +137,8 @@ def write_report(
     files += plot_pass_curves({table.name: (surf, ci)}, out / "pass_curves")
     files += plot_pass_curves({table.name: (rel, rel_ci)}, out / "reliability_curves")
     kwargs = ", ".join(f"{k}={v}" for k, v in manifest["env_kwargs"].items()) or "defaults"
+    failures = read_env_failures(run_dir).line(f"**Env failures** of {table.name}")
+    chance += f"{failures}\n\n" if failures else ""
     markdown = (
         f"{surface_markdown(surf, ci)}\n{surface_markdown(rel, rel_ci)}\n{boundary}\n{chance}"
         f"env {manifest['env_id']} ({kwargs}, split {manifest['split']}), "
@@ -310,7 +312,11 @@ def write_comparison(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
-    parts: list[str] = []
+    parts: list[str] = [
+        line
+        for d, t in zip(dirs, tables, strict=True)
+        if (line := read_env_failures(d).line(f"**Env failures** of {t.name}")) is not None
+    ]
 
     def write(name: str, text: str) -> None:
         (out / name).write_text(text, encoding="utf-8", errors="backslashreplace")

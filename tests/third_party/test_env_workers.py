@@ -166,3 +166,31 @@ def test_check_env_names_the_hostile_text_that_crashed_or_hung(fail, label, outc
     else:
         assert done.returncode == 1 and failed[label] == outcome
         assert set(failed.values()) == {outcome}
+
+
+def test_env_failures_are_counted_or_their_tasks_dropped_and_reported(tmp_path):
+    """``count`` keeps every task (a failure scores 0); ``drop`` leaves out each task with an
+    env failure; report and compare name the count and the rule."""
+    from passkt.eval.evaluate import evaluate
+    from passkt.eval.reports import write_comparison, write_report
+    from passkt.eval.store import load_run, read_env_failures
+
+    runs = {}
+    for rule in ("count", "drop"):
+        runs[rule] = tmp_path / rule
+        evaluate(
+            "Crashy-v0", crashy.NoisyAgent(seed=1), env_kwargs={"fail": "raise", "every": 20},
+            n=4, budgets=(0, 2), out_dir=runs[rule], env_failures=rule, env_workers=0,
+            progress=False,
+        )  # fmt: skip
+    failures = read_env_failures(runs["count"])
+    assert failures.rule == "count" and 0 < len(failures.tasks) < 6
+    assert failures.episodes == sum("env_error" in r for r in records(runs["count"]))
+    _, counted = load_run(runs["count"])
+    _, dropped = load_run(runs["drop"])
+    assert len(counted.task_ids) == 6
+    assert set(dropped.task_ids) == set(counted.task_ids) - set(failures.tasks)
+    report = write_report(runs["drop"]).markdown
+    assert "their tasks left out of the surface (env_failures=drop)" in report
+    compared = write_comparison([runs["count"], runs["drop"]], tmp_path / "cmp").markdown
+    assert compared.count("**Env failures**") == 2
