@@ -128,18 +128,19 @@ def test_every_env_failure_kind_is_documented():
 
 
 @pytest.mark.slow
-def test_train_grpo_goes_on_past_a_crashing_env(tmp_path):
-    """GRPO with env workers on an env that segfaults on one action in three: both steps run,
-    the failures are counted in the step metrics and left out of the update."""
+@pytest.mark.parametrize("fail", sorted(FAILS))
+def test_train_grpo_goes_on_past_a_failing_env(fail, tmp_path):
+    """GRPO with env workers on an env that segfaults, hangs or raises on one action in three:
+    both steps run, the failures are counted in the step metrics and left out of the update."""
     from passkt.agents.tiny import make_tiny_checkpoint
 
     model = make_tiny_checkpoint(tmp_path / "model", hidden_size=32)
     out = tmp_path / "grpo"
     done = passkt(
-        "train", "grpo", "--env", "crashy:Crashy-v0", "--env-kwargs", "fail=segv,every=3",
+        "train", "grpo", "--env", "crashy:Crashy-v0", "--env-kwargs", f"fail={fail},every=3",
         "--policy", f"hf:{model}", "--t-train", "2", "--group-size", "4",
         "--tasks-per-step", "2", "--limit", "4", "--max-new-tokens", "6", "--max-steps", "2",
-        "--env-workers", "2", "--no-progress", "--out", str(out),
+        "--env-workers", "2", "--env-step-timeout", "0.3", "--no-progress", "--out", str(out),
     )  # fmt: skip
     assert "trained 2 steps" in done.stderr
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
