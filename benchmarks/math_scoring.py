@@ -145,13 +145,16 @@ def reward_cases(golds: list[str]) -> list[tuple[str, bool, str, str]]:
 
 
 def math_verify_equal(answer: str, gold: str, _golds: dict = {}) -> bool:  # noqa: B006 (a cache)
-    """Hugging Face math-verify's verdict with its default extraction (the reference)."""
+    """Hugging Face math-verify's verdict, the reference: its default ``parse`` of the answer as
+    written, or of ``$answer$`` when that extracts nothing (it reads LaTeX only between math
+    delimiters), against the gold's ``$gold$``, with its default ``verify``."""
     from math_verify import parse, verify
 
     if gold not in _golds:
         _golds[gold] = parse(f"${gold}$")
     try:
-        return bool(verify(_golds[gold], parse(answer)))
+        parsed = parse(answer) or parse(f"${answer}$")
+        return bool(verify(_golds[gold], parsed))
     except Exception:  # the reference's own failure: not rewarded
         return False
 

@@ -13,15 +13,23 @@ rounding to six decimals (``0.5000004`` equals ``0.5``). This module fixes what 
   tail makes it unparseable, hence wrong, never a shorter match.
 - **Exact values.** Decimals are read as the exact fractions they denote (``0.5`` is ``1/2``, and
   ``0.5000004`` is not), so numbers are compared exactly. The one tolerance is for a gold answer
-  that is itself a decimal approximation: when the gold is a plain decimal with d places (``3.14``,
-  ``.0000672``) and the prediction is an irrational closed form (``\\pi``, ``\\sqrt{2}``), the
-  prediction counts when it rounds to the gold at d places, i.e. lies within half a unit of the
-  gold's last digit. A decimal or fraction prediction must equal a decimal gold exactly.
+  that is itself a decimal approximation: when the gold is a plain decimal with d places and s
+  significant digits (``3.14``: 2 and 3) and the prediction is an irrational closed form without
+  variables (``\\pi``, ``\\sqrt{2}``), the prediction counts when it rounds to the gold at d
+  places *and* is written with fewer than s symbols (digits, constants, functions:
+  ``closed_form_size``) and no decimal. A form with as many symbols as the gold has digits can be
+  fitted to the gold (``\\frac{\\pi}{21}`` rounds to ``0.15``); one with a decimal in it carries
+  the gold's digits (``\\sqrt{10.3}``, ``3.21+\\frac{\\sqrt2}{1000}`` for ``3.21``). A decimal
+  or fraction prediction must equal a decimal gold exactly.
 - **Bases.** A numeral with a base subscript (``40_9``, ``4210_{5}``) must carry the same base as
   the gold's (base 10 and no subscript are the same).
 - **Equations as equations.** A prediction that is an equation matches a gold that is a value only
-  when it assigns that value to a variable (``x=5`` and ``x = 5`` match ``5``); an equation inside
-  a larger expression (``2\\cdot(x=5)``, ``(x=5)+1``) does not parse, and ``5=3`` is not ``3``.
+  when it assigns that value to variables: one letter, maybe subscripted, or a Greek letter
+  (``x=5`` and ``x = 5`` match ``5``, ``(x,y) = (15,-29)`` matches ``(15,-29)``); an equation
+  inside a larger expression (``2\\cdot(x=5)``, ``(x=5)+1``) does not parse, and ``5=3``,
+  ``\\text{odd} = \\text{even}`` and ``7 = 1,-2`` are not values.
+
+What else an answer may contain, and what it must not, is ``passkt.envs.math_grammar``.
 """
 
 from __future__ import annotations
@@ -202,10 +210,21 @@ def is_variable(expr: object) -> bool:
     return bool(getattr(expr, "is_Symbol", False) and _VARIABLE.fullmatch(expr.name))
 
 
+def _is_assignable(expr: object) -> bool:
+    """A variable, or a function of variables named by one letter (``f(x)``, ``p(x, y)``)."""
+    from sympy.core.function import AppliedUndef  # start-up cost: sympy, for math answers only
+
+    if isinstance(expr, AppliedUndef):
+        name = type(expr).__name__
+        return len(name) == 1 and all(is_variable(arg) for arg in expr.args)
+    return is_variable(expr)
+
+
 def unwrap_assignment(pred: object, gold: object) -> object | None:
     """The value of a predicted assignment compared with a gold value, or ``pred`` itself.
 
-    ``x = 5`` against a gold ``5`` is ``5``, and ``(x, y) = (15, -29)`` is ``(15, -29)``; any
+    ``x = 5`` against a gold ``5`` is ``5``, ``f(x) = 2x + 3`` is ``2x + 3``, and
+    ``(x, y) = (15, -29)`` is ``(15, -29)``; any
     other equation against a value (``5 = 3``, ``2x = 10``, ``\\text{odd} = \\text{even}``, a
     chain) is None: it is not a value. Against a gold equation, ``pred`` is kept.
     """
@@ -222,7 +241,7 @@ def unwrap_assignment(pred: object, gold: object) -> object | None:
     names = list(lhs) if isinstance(lhs, Tuple) else [lhs]
     if isinstance(lhs, Tuple) and not (isinstance(rhs, Tuple) and len(rhs) == len(lhs)):
         return None
-    if not all(is_variable(name) for name in names) or len(set(names)) != len(names):
+    if not all(_is_assignable(name) for name in names) or len(set(names)) != len(names):
         return None
     if set(names) & getattr(rhs, "free_symbols", set()):
         return None

@@ -39,9 +39,10 @@ class MathEnv(ToolUseEnv):
 
     ## Rewards
     1.0 if the answer is mathematically equivalent to the gold answer, else 0.0. MATH-500 answers
-    are compared as values (``passkt.envs.scoring.math_equal``: the whole final answer must be
-    one expression equal to the gold, so ``\\frac{1}{2}`` equals ``0.5`` but ``2 +`` or
-    ``$2**100$`` is not ``2``; numbers exactly, bases and equations as written) in a worker process
+    are compared as values (``passkt.envs.scoring.math_equal``: after documented normalizations
+    the whole final answer must be one object of the gold's kind, so ``\\frac{1}{2}`` equals
+    ``0.5`` and ``2\\,220`` equals ``2220``, but ``2 +``, ``$2**100$`` or ``2\\text{ cm} + 1``
+    is not ``2``; numbers exactly, bases and equations as written) in a worker process
     limited to ``passkt.envs.math_worker.DEFAULT_CPU_LIMIT_S`` seconds of CPU; an answer that
     is too costly to compare (a power tower, a huge factorial, a high power of a sum) scores 0.0
     and ``info["score_note"]`` says why. Synthetic problems (integer answers) and GSM8K compare
@@ -71,7 +72,11 @@ class MathEnv(ToolUseEnv):
 
     ## Version History
     - v0: initial version. The MATH-500 reward was made strict (whole answer, exact numbers,
-      bases, equations) without a version bump: it only stopped rewarding wrong answers.
+      bases, equations) without a version bump: it only stopped rewarding wrong answers. It
+      then read every answer by one grammar (``passkt.envs.math_grammar``): hedges after a
+      unit, numbers side by side and words left of ``=`` stopped being rewarded, and thousands
+      separators, Unicode, word units, repeating decimals and long prose before the box started
+      to be.
     """
 
     category = "math"

@@ -339,6 +339,8 @@ class _Scanner:
     def _command(self) -> bool:
         text = self.text
         command = _COMMAND.match(text, self.pos)
+        if command is None:
+            raise _NotOne("a backslash that ends the answer")
         name = command.group(1)
         self.pos = command.end()
         if name == "{":  # \{ ... \}: a set

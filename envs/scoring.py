@@ -3,9 +3,10 @@
 ``normalize_answer``, ``exact_match`` and ``f1_score`` follow the official HotpotQA script
 (``hotpot_evaluate_v1.py``) character for character, so reported numbers are comparable with
 published ones. ``math_equal`` reads the whole final answer (the last ``\\boxed{}``, else the
-last ``$...$``, else all of it) as one LaTeX expression and compares it with the gold as a value
-(exact numbers, bases, equations as equations: ``passkt.envs.math_answer``), with math-verify's
-normalization and ``verify`` for structured answers; ``number_equal`` compares the last number
+last ``$...$``, else all of it) by one grammar, as one object of the gold's kind
+(``passkt.envs.math_grammar``), and compares it with the gold as a value (exact numbers, bases,
+equations as equations: ``passkt.envs.math_answer``), with math-verify's ``verify`` for
+structured answers; ``number_equal`` compares the last number
 of a prediction with a gold number exactly (as fractions). ``score_answer`` dispatches on
 ``Task.answer_type``.
 
@@ -112,21 +113,26 @@ def f1_score(prediction: str, gold: str) -> float:
 
 
 def math_equal(prediction: str, gold: str, *, cpu_limit_s: float = DEFAULT_CPU_LIMIT_S) -> bool:
-    """Whether a predicted math answer equals the gold answer (``math-verify`` parse + verify).
+    """Whether a predicted math answer equals the gold answer, read by one grammar.
 
     ``\\frac{1}{2}`` equals ``0.5``, ``\\boxed{3}`` equals ``3``, ``2\\sqrt{2}`` equals
-    ``\\sqrt{8}``, ``x = 5`` equals ``5``. The whole content of the last ``\\boxed{}`` (else of
-    the last ``$...$``, else the whole answer) must be one expression equal to the gold:
-    ``$2**100$``, ``2 +`` or ``\\frac{1}{2}**7`` are not ``2`` or ``\\frac{1}{2}``, never a prefix
-    of them. Numbers are compared exactly (``0.5000004`` is not ``0.5``); the one tolerance is
-    for a gold written as a decimal, which accepts an irrational closed form that rounds to it
-    (``\\pi`` for ``3.14``). Base subscripts must agree (``40_9`` is not ``40_{10}``). The
-    rules, with their reasons, are in ``passkt.envs.math_answer``.
+    ``\\sqrt{8}``, ``x = 5`` equals ``5``, ``2\\,220`` and ``2 220`` equal ``2220``. The content
+    of the last ``\\boxed{}`` (else of the last ``$...$``, else the whole answer), after the
+    normalizations of ``passkt.envs.math_grammar`` (Unicode, spacing, thousands separators,
+    units at the end, repeating decimals, mixed numbers), must be all one object of the gold's
+    kind: ``$2**100$``, ``2 +``, ``9\\text{ cm} + \\frac{1}{7}`` or ``5\\quad 0`` are not
+    ``2``, ``9`` or ``0``, never a prefix of them; numbers side by side are not a product, an
+    interval needs its brackets, and a variable the gold lacks makes it wrong. Numbers are
+    compared exactly (``0.5000004`` is not ``0.5``); the one tolerance is for a gold written as
+    a decimal, which accepts a short irrational closed form that rounds to it (``\\pi`` for
+    ``3.14``, not ``\\frac{\\pi}{21}`` for ``0.15``). Base subscripts must agree (``40_9`` is
+    not ``40_{10}``). The rules, with their reasons, are in ``passkt.envs.math_answer`` and
+    ``passkt.envs.math_grammar``.
 
     Bounded in any thread and process: the comparison runs in a worker process that is killed
     once it has used ``cpu_limit_s`` of CPU (``passkt.envs.math_worker``), after cheap checks that
     refuse hopeless inputs before parsing (``passkt.envs.math_guard``: power towers, huge
-    factorials and binomials, deep nesting; answers longer than ``MAX_MATH_CHARS``) and after
+    factorials and binomials, deep nesting; final answers longer than ``MAX_MATH_CHARS``) and after
     parsing (numbers of more than ``MAX_MATH_DIGITS`` digits, high powers of sums).
 
     Args:

@@ -225,6 +225,8 @@ def test_every_equivalent_family_is_rewarded_for_every_math500_gold() -> None:
         (r"\frac{1}{2}", r"\frac14 2"),
         ("0", r"5\quad 0"),
         ("0", "I am not sure 0"),
+        ("0", "0 I am not sure"),
+        ("0", r"5 (0)"),
         ("0", r"I am not sure \cdot 0"),
         ("0", "0x"),
         (r"\text{even}", r"\text{odd} = \text{even}"),
@@ -263,6 +265,7 @@ def test_the_hacks_of_each_family_are_refused(gold: str, wrong: str) -> None:
         ("52_8", "{52}_{8}"),
         ("52_8", "(52)_{8}"),
         ("(15,-29)", "(x,y) = (15,-29)"),
+        ("2x + 3", "f(x) = 2x+3"),
         (r"1\frac{4}{5}", r"\frac{9}{5}"),
         ("5", "The answer follows. " * 60 + r"So $\boxed{5}$."),
         (r"\text{(C)}", "C"),
@@ -317,6 +320,7 @@ def test_normalize(latex: str, normalized: str) -> None:
         (r"9\text{ cm} + 1", "words inside a mathematical answer"),
         ("5 ? 0", "an unexpected character"),
         (r"\frac{1}", "a command with a missing argument"),
+        ("5+\\", "a backslash that ends the answer"),
     ],
 )
 def test_one_object_reason(latex: str, reason: str | None) -> None:
