@@ -43,7 +43,7 @@ from math import erfc, sqrt
 import numpy as np
 
 from passkt.eval.estimator import Metric, metric_array
-from passkt.eval.intervals import pass_at_k_within, t_quantile, z_quantile
+from passkt.eval.intervals import pass_at_k_within, t_quantile
 from passkt.eval.outcomes import OutcomeTable
 
 MIN_SEEDS = 3
@@ -193,7 +193,7 @@ def seed_level_counts(
             (v_eval * (problems - 1) + v_seed * max(seeds - 1, 1)) / variance,
             problems - 1,
         )
-    p_value = _two_sided(_scaled_z(stat, quantile, level))
+    p_value = cochran_cox_p(stat, v_eval, v_seed, problems - 1, seeds - 1 if seeds > 1 else 0)
     scalar = np.ndim(estimate) == 0
     convert = float if scalar else np.asarray
     return SeedTest(
@@ -214,10 +214,45 @@ def seed_level_counts(
     )
 
 
-def _scaled_z(stat: np.ndarray, quantile: np.ndarray, level: float) -> np.ndarray:
-    """The normal deviate whose two-sided tail is the p-value of ``stat`` against the interval's
-    own critical value: ``stat = quantile`` maps to ``1 - level`` exactly."""
-    return np.asarray(stat) * z_quantile(level) / np.asarray(quantile)
+def _t_of_z(z: np.ndarray, df: int) -> np.ndarray:
+    """The inverse of :func:`passkt.eval.intervals.t_to_z` (Peizer and Pratt's deviate solved
+    for t), so that ``t_quantile(level, df) == _t_of_z(z_quantile(level), df)``."""
+    z = np.asarray(z, dtype=np.float64)
+    if df < 1:
+        return z
+    a = df - 2 / 3 + 1 / (10 * df)
+    with np.errstate(over="ignore"):
+        t = np.sqrt(df * np.expm1((df - 5 / 6) * (z / a) ** 2))
+    return np.clip(t, z, 100 * z)  # t_quantile's bisection bracket [z, 100 z]
+
+
+def cochran_cox_p(
+    stat: np.ndarray, v_eval: np.ndarray, v_seed: np.ndarray, df_eval: int, df_seed: int
+) -> np.ndarray:
+    """The p-value that agrees with the seed-level interval at every level: the ``1 - level`` at
+    which the interval, built the same way (Cochran and Cox's critical value, the two parts' t
+    quantiles weighted by their variances), has half-width ``stat`` standard errors, so it just
+    touches 0. Then ``p < 1 - level`` exactly when the level interval excludes 0.
+
+    The critical value grows with the normal deviate z of the level, so z is found by bisection
+    (80 halvings of [0, 40]) and ``p = erfc(z / sqrt 2)``.
+    """
+    stat = np.asarray(stat, dtype=np.float64)
+    v_eval, v_seed = np.broadcast_arrays(np.asarray(v_eval, float), np.asarray(v_seed, float))
+    variance = v_eval + v_seed
+    weight = np.divide(v_seed, variance, out=np.zeros_like(variance), where=variance > 0)
+
+    def critical(z: np.ndarray) -> np.ndarray:
+        t_seed = _t_of_z(z, df_seed) if df_seed >= 1 else _t_of_z(z, df_eval)
+        return (1 - weight) * _t_of_z(z, df_eval) + weight * t_seed
+
+    lo, hi = np.zeros_like(stat + weight), np.full_like(stat + weight, 40.0)
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        below = critical(mid) < stat
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    z = np.where(np.isinf(stat), np.inf, (lo + hi) / 2)
+    return _two_sided(z)
 
 
 def _two_sided(z: np.ndarray) -> np.ndarray:
