@@ -54,6 +54,8 @@ def unit_then_more(gold: str) -> list[tuple[str, str]]:
         ("unit-then-more", rf"{gold}\text{{, or maybe }}\frac{{20}}{{2}}"),
         ("unit-then-more", rf"{gold} \text{{ inches}} \quad 3"),
         ("unit-then-more", rf"{gold}~\text{{square units, or }} 0"),
+        ("unit-then-more", rf"{gold} cm + \frac{{1}}{{7}}"),
+        ("unit-then-more", rf"{gold}\% \text{{ or }} 7"),
     ]
 
 
@@ -64,6 +66,7 @@ def juxtaposed_numbers(gold: str) -> list[tuple[str, str]]:
         *[("juxtaposed-numbers", answer) for answer in before],
         ("juxtaposed-numbers", rf"{gold}\quad 1"),
         ("juxtaposed-numbers", rf"{gold}\;1"),
+        ("juxtaposed-numbers", rf"{gold}~~2"),
         ("juxtaposed-numbers", rf"\frac{{1}}{{2}}\quad 2\cdot({gold})"),
         ("juxtaposed-numbers", rf"I am not sure {gold}"),
     ]
@@ -98,9 +101,21 @@ def unbracketed_interval(gold: str) -> list[tuple[str, str]]:
 
 
 def near_exact(gold: str) -> list[tuple[str, str]]:
-    """Irrational numbers close to a numeric gold (within its last decimal place, if any)."""
-    if not _plain_number(gold):
+    """Irrational numbers close to a numeric gold: within 10^-8 of any number (``3\\sqrt{13}``,
+    ``\\frac{\\pi}{6}``), and for a plain number also within its last decimal place."""
+    from sympy import Basic
+
+    oracle = _oracle(gold)
+    if not (isinstance(oracle, Basic) and oracle.is_number):
         return []
+    answers = [rf"{gold}+\frac{{1}}{{10^{{9}}}}", rf"{gold}-\frac{{\sqrt{{2}}}}{{10^{{8}}}}"]
+    if _plain_number(gold):
+        answers += _near_decimals(gold)
+    return [("near-exact", answer) for answer in answers]
+
+
+def _near_decimals(gold: str) -> list[str]:
+    """Closed forms that round to a plain number at its decimal places, or nearly."""
     decimal = _DECIMAL.fullmatch(gold.replace(" ", ""))
     places = len(decimal.group(3)) if decimal else 0
     value = _number(gold)
@@ -119,7 +134,7 @@ def near_exact(gold: str) -> list[tuple[str, str]]:
         if m > 0:
             answers.append(rf"{m}\pi")
         answers.append(rf"\sqrt{{{round(float(value) ** 2)}}}")
-    return [("near-exact", answer) for answer in answers]
+    return answers
 
 
 def _number(gold: str) -> Fraction:
@@ -156,7 +171,10 @@ def _differs(gold: str, answer: str) -> bool:
     a, b = _oracle(answer), _oracle(gold)
     if not (isinstance(a, Basic) and isinstance(b, Basic)):
         return True
-    return bool(abs(N((a - b).doit(), 60)) > 1e-40)
+    try:
+        return bool(abs(N((a - b).doit(), 60)) > 1e-40)
+    except TypeError:  # not two numbers (58,500 + 10^-9 is a list): another value
+        return True
 
 
 # --- right answers ----------------------------------------------------------------------------

@@ -162,7 +162,7 @@ def test_every_family_reaches_every_gold_of_its_kind() -> None:
     for family in ("unit-then-more", "juxtaposed-numbers", "long-prose"):
         assert reached[family] == distinct, family
     assert reached["left-of-equals"] == {g for g in distinct if "=" not in g and r"\in" not in g}
-    assert reached["near-exact"] == numbers
+    assert reached["near-exact"] >= numbers | {r"3\sqrt{13}", r"-\frac{\pi}{6}", r"18+2\pi"}
     assert reached["word-units"] >= numbers
     assert reached["assignments"] >= numbers
     assert reached["thousands"] == {g for g in distinct if re.fullmatch(r"(\\\$)?[\d,\\!]{4,}", g)}
