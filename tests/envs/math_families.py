@@ -106,7 +106,7 @@ def near_exact(gold: str) -> list[tuple[str, str]]:
     from sympy import Basic
 
     oracle = _oracle(gold)
-    if not (isinstance(oracle, Basic) and oracle.is_number):
+    if not (_plain_number(gold) or (isinstance(oracle, Basic) and oracle.is_number)):
         return []
     answers = [rf"{gold}+\frac{{1}}{{10^{{9}}}}", rf"{gold}-\frac{{\sqrt{{2}}}}{{10^{{8}}}}"]
     if _plain_number(gold):
