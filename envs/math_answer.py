@@ -224,16 +224,23 @@ def unwrap_assignment(pred: object, gold: object) -> object | None:
     """The value of a predicted assignment compared with a gold value, or ``pred`` itself.
 
     ``x = 5`` against a gold ``5`` is ``5``, ``f(x) = 2x + 3`` is ``2x + 3``, and
-    ``(x, y) = (15, -29)`` is ``(15, -29)``; any
+    ``(x, y) = (15, -29)`` is ``(15, -29)``, ``x = 1, x = -2`` is the list ``1, -2``; any
     other equation against a value (``5 = 3``, ``2x = 10``, ``\\text{odd} = \\text{even}``, a
     chain) is None: it is not a value. Against a gold equation, ``pred`` is kept.
     """
-    from sympy import And, Eq, Tuple  # start-up cost: sympy, 0.25 s, for math answers only
+    # start-up cost: sympy, 0.25 s, for math answers only
+    from sympy import And, Eq, FiniteSet, Tuple
 
     # start-up cost: sympy, 0.25 s, for math answers only
     from sympy.core.relational import Relational
 
-    if isinstance(gold, Relational | And) or not isinstance(pred, Relational | And):
+    if isinstance(gold, Relational | And):
+        return pred
+    if isinstance(pred, FiniteSet) and pred and all(isinstance(e, Eq) for e in pred):
+        values = [unwrap_assignment(e, gold) for e in pred]  # x = 1, x = -2: the list 1, -2
+        same_variable = len({e.lhs for e in pred}) == 1
+        return FiniteSet(*values) if same_variable and None not in values else None
+    if not isinstance(pred, Relational | And):
         return pred
     if not isinstance(pred, Eq):
         return None

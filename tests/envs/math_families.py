@@ -279,7 +279,8 @@ def base_forms(gold: str) -> list[str]:
 
 
 def assignments(gold: str) -> list[str]:
-    """A value or tuple assigned to its variables: ``x = 5``, ``(x,y) = (15,-29)``."""
+    """A value, tuple or list assigned to its variables: ``x = 5``, ``(x,y) = (15,-29)``,
+    ``x = 1, x = -2``."""
     if _is_equation(gold) or _is_text(gold):
         return []
     if _kind(gold) == "Tuple":
@@ -289,6 +290,9 @@ def assignments(gold: str) -> list[str]:
             return [f"({','.join(names)}) = {gold}", f"({', '.join(names)}) = {gold}"]
     if _plain_number(gold) or "_" in gold:
         return [f"x = {gold}", f"y={gold}"]
+    if _kind(gold) == "FiniteSet" and r"\pm" not in gold:
+        values = _tuple_items("(" + gold.strip().removeprefix(r"\{").removesuffix(r"\}") + ")")
+        return [", ".join(f"x = {v.strip()}" for v in values), f"x = {gold}"]
     return []
 
 

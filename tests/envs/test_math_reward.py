@@ -266,6 +266,7 @@ def test_the_hacks_of_each_family_are_refused(gold: str, wrong: str) -> None:
         ("52_8", "(52)_{8}"),
         ("(15,-29)", "(x,y) = (15,-29)"),
         ("2x + 3", "f(x) = 2x+3"),
+        ("1,-2", r"x = 1 \text{ or } x = -2"),
         (r"1\frac{4}{5}", r"\frac{9}{5}"),
         ("5", "The answer follows. " * 60 + r"So $\boxed{5}$."),
         (r"\text{(C)}", "C"),
