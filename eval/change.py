@@ -47,18 +47,22 @@ def reliability_k(n: int, k: int | None = None) -> int:
 
 
 def reading(boundary: str, reliability: str) -> str:
-    """The table's words for one T, from the boundary's and pass^k's ``gain``/``loss``/``no
-    change``: e.g. ``more reliable, not wider`` or ``wider but less reliable``."""
-    wide = {"gain": "wider", "loss": "narrower", "no change": ""}[boundary]
-    rely = {"gain": "more reliable", "loss": "less reliable", "no change": ""}[reliability]
+    """The table's words for one T, from the boundary's and pass^k's verdicts (``gain``,
+    ``loss``, ``equivalent``, ``inconclusive``): e.g. ``more reliable; wider not shown`` or
+    ``wider but less reliable``. An inconclusive change is never read as none: only an
+    ``equivalent`` one (inside a pre-registered margin) is ``as wide`` / ``as reliable``."""
+    wide = {"gain": "wider", "loss": "narrower", "equivalent": "as wide"}.get(boundary, "")
+    rely = {"gain": "more reliable", "loss": "less reliable", "equivalent": "as reliable"}.get(
+        reliability, ""
+    )
     if wide and rely:
-        joint = " and " if (boundary == reliability) else " but "
+        joint = " and " if (boundary == reliability or "as" in (wide[:2], rely[:2])) else " but "
         return wide + joint + rely
     if wide:
-        return f"{wide}, reliability unchanged"
+        return f"{wide}; a change in reliability not shown"
     if rely:
-        return f"{rely}, not wider"
-    return "no change in either"
+        return f"{rely}; wider not shown"
+    return "neither change shown"
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,9 +103,9 @@ class Change(Record):
         freeze_arrays(self, "estimate", "lower", "upper", "p", "p_holm")
 
     def word(self, row: int, j: int) -> str:
-        """``gain``, ``loss`` or ``no change`` of one cell (after Holm's correction)."""
+        """``gain``, ``loss`` or ``inconclusive`` of one cell (after Holm's correction)."""
         if self.p_holm[row, j] >= 1 - self.level:
-            return "no change"
+            return "inconclusive"
         return "gain" if self.estimate[row, j] > 0 else "loss"
 
     def reading(self, j: int) -> str:

@@ -49,7 +49,14 @@ from passkt.eval.outcomes import OutcomeTable
 MIN_SEEDS = 3
 """Bases needed before the seed-level test calls anything a gain or a loss of the recipe."""
 
-__all__ = ["SeedPair", "SeedTest", "seed_level_counts", "seed_level_test"]
+__all__ = [
+    "SeedPair",
+    "SeedTest",
+    "cochran_cox_p",
+    "interaction_counts",
+    "seed_level_counts",
+    "seed_level_test",
+]
 
 
 @dataclass(frozen=True)
@@ -95,11 +102,20 @@ class SeedTest:
         """The interval excludes 0 and the recipe was replicated (:attr:`replicated`)."""
         return self.replicated and (self.lower > 0 or self.upper < 0)
 
-    def verdict(self) -> str:
-        """``"gain"``, ``"loss"`` or ``"no change"`` by the rule above (unreplicated: none)."""
-        if not self.significant:
-            return "no change"
-        return "gain" if self.estimate > 0 else "loss"
+    def verdict(self, margin: float | None = None) -> str:
+        """One of four: ``gain`` or ``loss`` (the interval excludes 0), ``equivalent`` (it lies
+        inside ``±margin``, a margin fixed before the data: two one-sided tests, each at
+        ``(1 - level) / 2``), or ``inconclusive`` (neither: the data cannot tell a change from
+        none). Unreplicated (fewer than ``MIN_SEEDS`` bases): ``inconclusive``."""
+        if not self.replicated:
+            return "inconclusive"
+        if self.lower > 0:
+            return "gain"
+        if self.upper < 0:
+            return "loss"
+        if margin is not None and -margin < self.lower and self.upper < margin:
+            return "equivalent"
+        return "inconclusive"
 
 
 def seed_level_test(
@@ -155,6 +171,17 @@ def seed_level_counts(
     Trailing axes beyond the first are independent cells (the calibration simulates many studies
     at once); :class:`SeedTest` fields are then arrays.
     """
+    per_seed, v_eval, problems = _changes(pairs, k, metric)
+    return _test(per_seed, v_eval, problems, k, budget, level, sum(len(t) for _, t in pairs))
+
+
+def _changes(
+    pairs: Sequence[tuple[tuple[np.ndarray, int], Sequence[tuple[np.ndarray, int]]]],
+    k: int,
+    metric: Metric,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each base's mean change ``d_s`` ``(S, ...)``, the evaluation variance of their mean, and
+    the number of problems."""
     diffs, withins = [], []
     for (base_counts, base_n), trained in pairs:
         base_value = metric_array(metric, base_n, np.asarray(base_counts), k)
@@ -166,11 +193,46 @@ def seed_level_counts(
     d = np.stack(diffs, axis=1)  # (P, S, ...)
     problems, seeds = d.shape[0], d.shape[1]
     per_problem = d.mean(axis=1)  # D_i, (P, ...)
-    per_seed = d.mean(axis=0)  # d_s, (S, ...)
     mean_within = np.maximum(np.stack(withins, axis=1).mean(axis=(0, 1)), 0.0)
     v_eval = np.maximum(
         per_problem.var(axis=0, ddof=1) / problems, mean_within / (problems * seeds)
     )
+    return d.mean(axis=0), v_eval, problems
+
+
+def interaction_counts(
+    first: Sequence[tuple[tuple[np.ndarray, int], Sequence[tuple[np.ndarray, int]]]],
+    second: Sequence[tuple[tuple[np.ndarray, int], Sequence[tuple[np.ndarray, int]]]],
+    *,
+    k_first: int,
+    k_second: int,
+    level: float = 0.95,
+    metric: Metric = "pass@k",
+) -> SeedTest:
+    """The seed-level test of a difference of changes: ``(trained - base)`` on the first problem
+    set minus ``(trained - base)`` on the second (RL's boundary change on bridge minus its change
+    on math), with the same bases in the same order in both. Each base's difference of changes
+    is one replicate; the two problem sets' evaluation variances add (they are independent)."""
+    if len(first) != len(second):
+        raise ValueError(f"{len(first)} bases on one side, {len(second)} on the other")
+    seeds_a, v_a, problems_a = _changes(first, k_first, metric)
+    seeds_b, v_b, problems_b = _changes(second, k_second, metric)
+    trainings = sum(len(t) for _, t in first) + sum(len(t) for _, t in second)
+    return _test(seeds_a - seeds_b, v_a + v_b, min(problems_a, problems_b), k_first, -1, level,
+                 trainings)  # fmt: skip
+
+
+def _test(
+    per_seed: np.ndarray,
+    v_eval: np.ndarray,
+    problems: int,
+    k: int,
+    budget: int,
+    level: float,
+    trainings: int,
+) -> SeedTest:
+    """The interval and p-value from the per-seed changes and the evaluation variance."""
+    seeds = per_seed.shape[0]
     v_seed = per_seed.var(axis=0, ddof=1) / seeds if seeds > 1 else np.zeros_like(v_eval)
     variance = v_eval + v_seed
     estimate = per_seed.mean(axis=0)
@@ -207,7 +269,7 @@ def seed_level_counts(
         per_seed=tuple(float(x) for x in per_seed) if scalar else tuple(per_seed),
         problems=problems,
         seeds=seeds,
-        trainings=sum(len(trained) for _, trained in pairs),
+        trainings=trainings,
         se_eval=convert(np.sqrt(v_eval)),
         se_seed=convert(np.sqrt(v_seed)),
         df=convert(df),

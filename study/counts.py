@@ -74,6 +74,10 @@ class StudyData:
     """``cat -> {"env_id", "task_ids", "budgets", "runs": [RunCounts]}``."""
     timings: list[dict[str, Any]]
     """The study's ``timings.jsonl`` lines (every unit and stage, every piece)."""
+    margin: float | None = None
+    """The equivalence margin the plan pre-registered (profile ``stats.margin``): a change whose
+    interval lies inside ``±margin`` is *equivalent* to none. ``None``: none was registered, so
+    a change whose interval includes 0 is inconclusive, never "no change"."""
 
 
 # ---------------------------------------------------------------------- export (from a study)
@@ -135,6 +139,7 @@ def write_data(folder: Path, data: StudyData, *, merge: bool = False) -> Path:
         "name": data.name,
         "per_seed": data.per_seed,
         "level": data.level,
+        **({} if data.margin is None else {"margin": data.margin}),
         "categories": {
             c: {k: v for k, v in spec.items() if k != "runs"}
             for c, spec in sorted(data.categories.items())
@@ -214,6 +219,12 @@ def read_data(folder: Path) -> StudyData:
             timings = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x]
         except ValueError as e:
             raise DataError(f"{path}: not JSON lines ({e})") from e
+    margin = meta.get("margin")
     return StudyData(
-        meta["name"], bool(meta["per_seed"]), float(meta["level"]), categories, timings
+        meta["name"],
+        bool(meta["per_seed"]),
+        float(meta["level"]),
+        categories,
+        timings,
+        None if margin is None else float(margin),
     )

@@ -103,6 +103,7 @@ def study_data(study: Study, *, finished_only: bool = False) -> StudyData:
         float(study.profile["stats"]["level"]),
         categories,
         read_timings(study.out),
+        study.profile["stats"].get("margin"),
     )
 
 

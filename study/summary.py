@@ -7,12 +7,12 @@ many were cut off. :func:`make_summary` turns that folder alone into ``summary.m
 figures, so a copy of ``data/`` committed beside a report remakes every number, sentence and
 figure of the summary (``passkt study report DIR`` on a folder holding only ``data/``).
 
-Every sentence that calls something a gain, a loss or "no change" is written here, from the
-:func:`passkt.eval.seeds.seed_level_counts` test printed beside it. The unit of replication is the
-independently made (base, trained) pair: with ``base.per_seed`` each seed has its own pretraining,
-otherwise every training seed starts from one base and the test's between-seed part holds
-training noise only (the summary says so). Fewer than ``MIN_SEEDS`` pairs give estimates and no
-verdict.
+Every sentence that calls something a gain, a loss, equivalent or inconclusive is written here,
+from the :func:`passkt.eval.seeds.seed_level_counts` test printed beside it. The unit of
+replication is the independently made (base, trained) pair: with ``base.per_seed`` each seed has
+its own pretraining, otherwise every training seed starts from one base and the test's
+between-seed part holds training noise only (the summary says so). Fewer than ``MIN_SEEDS`` pairs
+give estimates and no verdict.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import numpy as np
 
 from passkt.eval.change import reading, reliability_k
 from passkt.eval.estimator import Metric, pass_at_k_array
+from passkt.eval.intervals import holm
 from passkt.eval.power import (
     required_problems,
     seed_level_power,
@@ -35,7 +36,7 @@ from passkt.eval.power import (
     smoothed_rates,
     true_pass_at_k,
 )
-from passkt.eval.seeds import MIN_SEEDS, SeedTest, seed_level_counts
+from passkt.eval.seeds import MIN_SEEDS, SeedTest, interaction_counts, seed_level_counts
 from passkt.study.counts import (
     DATA_DIR,
     SHARED,
@@ -109,10 +110,28 @@ class Verdict:
     kind: str
     metric: str
     test: SeedTest
+    margin: float | None = None
+    """The pre-registered equivalence margin (``StudyData.margin``)."""
+    holm_p: float | None = None
+    """The Holm-adjusted p-value over the summary's secondary tests (set by :func:`verdicts`)."""
 
     @property
     def word(self) -> str:
-        return self.test.verdict() if self.test.replicated else "not replicated"
+        """``gain``, ``loss``, ``equivalent`` or ``inconclusive`` (``SeedTest.verdict``); a gain
+        or loss whose Holm-adjusted p is not below ``1 - level`` is ``inconclusive`` (a
+        secondary test survives the correction or is no finding); ``not replicated`` with fewer
+        than ``MIN_SEEDS`` bases."""
+        if not self.test.replicated:
+            return "not replicated"
+        word = self.test.verdict(self.margin)
+        if word in ("gain", "loss") and not self.survives:
+            return "inconclusive"
+        return word
+
+    @property
+    def survives(self) -> bool:
+        """Whether the Holm-adjusted p-value (when there is one) is below ``1 - level``."""
+        return self.holm_p is None or self.holm_p < 1 - self.test.level
 
     def sentence(self, env_id: str) -> str:
         t = self.test
@@ -126,14 +145,35 @@ class Verdict:
                 f"On {where}, {self.kind} − base at {self.metric} is {numbers}; with fewer than "
                 f"{MIN_SEEDS} bases the recipe is not replicated, so this is no verdict."
             )
-        if t.verdict() == "no change":
-            return (
-                f"On {where}, {self.kind} − base at {self.metric} is {numbers}: no change (the "
-                f"interval includes 0, p = {t.p_value:.2g})."
+        secondary = (
+            ""
+            if self.holm_p is None
+            else f"; secondary, Holm-adjusted over the summary's secondary tests p = "
+            f"{self.holm_p:.2g}"
+        )
+        word = self.word
+        if word == "equivalent":
+            why = f"the interval lies inside the pre-registered ±{self.margin:g}"
+        elif word == "inconclusive" and self.test.verdict(self.margin) in ("gain", "loss"):
+            why = (
+                f"the interval excludes 0 at level {t.level:g} alone, but not after Holm's "
+                "correction over the secondary tests"
             )
+        elif word == "inconclusive":
+            margin = (
+                "no equivalence margin was pre-registered"
+                if self.margin is None
+                else f"it reaches past the pre-registered ±{self.margin:g}"
+            )
+            why = f"the interval includes 0 and {margin}"
+        else:
+            why = "the interval excludes 0"
+        phrase = {"gain": "a gain", "loss": "a loss", "equivalent": "equivalent to none"}.get(
+            word, word
+        )
         return (
-            f"On {where}, {self.kind} − base at {self.metric} is {numbers}: a {t.verdict()} (the "
-            f"interval excludes 0, p = {t.p_value:.2g})."
+            f"On {where}, {self.kind} − base at {self.metric} is {numbers}: {phrase} "
+            f"({why}, p = {t.p_value:.2g}{secondary})."
         )
 
 
@@ -169,7 +209,10 @@ def seed_test(
 
 
 def verdicts(data: StudyData) -> list[Verdict]:
-    """Every trained kind against its base at pass@1 and pass@(n, T_max), per category."""
+    """Every trained kind against its base at pass@1 and pass@(n, T_max), per category.
+
+    These are the summary's secondary tests (the primary one is the claim's, see
+    :func:`claim_sentence`): each carries its Holm-adjusted p-value over all of them."""
     out = []
     for cat, spec in data.categories.items():
         t_max, n = max(spec["budgets"]), min(r.n for r in spec["runs"])
@@ -177,8 +220,30 @@ def verdicts(data: StudyData) -> list[Verdict]:
             for k, metric in ((1, f"pass@(1, {t_max})"), (None, f"pass@({n}, {t_max})")):
                 test = seed_test(spec, kind, k, t_max, data.level)
                 if test is not None:
-                    out.append(Verdict(cat, kind, metric, test))
+                    out.append(Verdict(cat, kind, metric, test, data.margin))
+    tested = [i for i, v in enumerate(out) if v.test.replicated]
+    if len(tested) > 1:
+        adjusted = holm(np.array([out[i].test.p_value for i in tested]))
+        for i, p in zip(tested, adjusted, strict=True):
+            out[i] = replace(out[i], holm_p=float(p))
     return out
+
+
+def seed_pairs(spec: dict[str, Any], kind: str, against: str = "base") -> dict[int, Any]:
+    """Per replicate seed, ``((counts of against, n), [(counts of kind, n)])`` at T_max: the
+    pairs of the seed-level test of ``kind - against``."""
+    by_role = _replicates(spec["runs"])
+    j = len(spec["budgets"]) - 1
+    pairs = {}
+    for seed, trained in sorted(by_role.get(kind, {}).items()):
+        other = by_role.get(against, {})
+        reference = other.get(seed, other.get(SHARED))
+        if reference is not None:
+            pairs[seed] = (
+                (reference.correct[:, j], reference.n),
+                [(trained.correct[:, j], trained.n)],
+            )
+    return pairs
 
 
 def _kinds(spec: dict[str, Any]) -> list[str]:
@@ -186,33 +251,125 @@ def _kinds(spec: dict[str, Any]) -> list[str]:
     return [k for k in KIND_ORDER if k in roles]
 
 
+def _interval(t: SeedTest) -> str:
+    return f"{t.estimate:+.3f} [{t.lower:+.3f}, {t.upper:+.3f}]"
+
+
+def claim_tests(data: StudyData) -> dict[str, SeedTest] | None:
+    """The claim's tests at the boundary pass@(n, T_max): RL − base on bridge (C) and on math
+    (A); the interaction, RL's change on bridge minus its change on math over the bases that
+    have both; and RL − SFT on bridge. ``None`` when the study lacks RL on C or A."""
+    cats = data.categories
+    if "C" not in cats or "A" not in cats:
+        return None
+    n_c = min(r.n for r in cats["C"]["runs"])
+    n_a = min(r.n for r in cats["A"]["runs"])
+    rl_c, rl_a = seed_pairs(cats["C"], "RL"), seed_pairs(cats["A"], "RL")
+    if not rl_c or not rl_a:
+        return None
+    seeds = sorted(set(rl_c) & set(rl_a))
+    tests = {
+        "C": seed_level_counts(list(rl_c.values()), k=n_c, budget=0, level=data.level),
+        "A": seed_level_counts(list(rl_a.values()), k=n_a, budget=0, level=data.level),
+    }
+    if seeds:
+        tests["C - A"] = interaction_counts(
+            [rl_c[s] for s in seeds], [rl_a[s] for s in seeds], k_first=n_c, k_second=n_a,
+            level=data.level,
+        )  # fmt: skip
+    against_sft = seed_pairs(cats["C"], "RL", against="SFT")
+    if against_sft:
+        tests["RL - SFT"] = seed_level_counts(
+            list(against_sft.values()), k=n_c, budget=0, level=data.level
+        )
+    return tests
+
+
+def _room(spec: dict[str, Any]) -> list[tuple[int, float]]:
+    """Per base seed, the room above its observed boundary at T_max: 1 - pass@(n, T_max)."""
+    j = len(spec["budgets"]) - 1
+    bases = sorted(_replicates(spec["runs"])["base"].items())
+    return [(seed, 1.0 - float((run.correct[:, j] > 0).mean())) for seed, run in bases]
+
+
 def claim_sentence(data: StudyData, found: list[Verdict]) -> str | None:
     """The study's claim — RL widens the boundary on sequential retrieval (bridge, C) but not on
-    math (A) — checked against the boundary verdicts, whatever they say."""
+    math (A) — as one of three verdicts, whatever the data say:
+
+    - *supported*: RL's bridge boundary change is a gain and exceeds its math change (the
+      interaction's interval excludes 0 on the positive side);
+    - *contradicted*: RL's bridge change is shown equivalent to none (inside the pre-registered
+      margin) or a loss;
+    - *inconclusive, because ...*: anything else, with the reasons the data give (an interval
+      that includes 0, no pre-registered margin, the between-base spread, a base with no room).
+    """
+    tests = claim_tests(data)
+    if tests is None:
+        return None
+    claim = "The study's claim (RL widens the boundary on bridge but not on math)"
+    rl_c, rl_a = tests["C"], tests["A"]
+    if not (rl_c.replicated and rl_a.replicated):
+        return f"{claim} is not tested here: fewer than {MIN_SEEDS} independently made bases."
+    margin = data.margin
+    word = rl_c.verdict(margin)
+    inter = tests.get("C - A")
+    inter_word = inter.verdict() if inter is not None else "inconclusive"
+    if word == "gain" and inter_word == "gain":
+        status = (
+            "is supported: RL's boundary gain on bridge is beyond the noise and beyond its "
+            "change on math"
+        )
+    elif word == "equivalent":
+        status = (
+            "is contradicted: RL's boundary change on bridge is equivalent to none (inside the "
+            f"pre-registered ±{margin:g})"
+        )
+    elif word == "loss":
+        status = "is contradicted: RL narrows the boundary on bridge"
+    else:
+        reasons = []
+        if word == "gain":
+            reasons.append(
+                "RL widens bridge's boundary, but its change on bridge minus its change on math "
+                "includes 0, so 'but not on math' is not shown"
+            )
+        else:
+            reasons.append(
+                f"RL's bridge change {_interval(rl_c)} includes 0 and "
+                + (
+                    "no equivalence margin was pre-registered"
+                    if margin is None
+                    else f"reaches past the pre-registered ±{margin:g}"
+                )
+            )
+        if rl_c.seeds > 1 and rl_c.se_seed > rl_c.se_eval:
+            reasons.append(
+                f"the between-base part of its standard error ({rl_c.se_seed:.3f}) is "
+                f"{rl_c.se_seed / max(rl_c.se_eval, 1e-12):.1f} times the evaluation's "
+                f"({rl_c.se_eval:.3f}) with {rl_c.seeds} bases, so more bases, not more "
+                "problems, would narrow it"
+            )
+        tight = [(s, r) for s, r in _room(data.categories["C"]) if r < POWER_DELTA]
+        if tight:
+            reasons.append(
+                "; ".join(
+                    f"base seed {s} leaves {r:.3f} of room above its bridge boundary, less than "
+                    f"the {POWER_DELTA:+.2f} change the study is powered for"
+                    for s, r in tight
+                )
+            )
+        status = "is inconclusive, because " + "; ".join(reasons)
+    numbers = [f"bridge {_interval(rl_c)}", f"math {_interval(rl_a)}"]
+    if inter is not None:
+        numbers.append(f"bridge − math {_interval(inter)} ({inter_word})")
+    if "RL - SFT" in tests:
+        versus = tests["RL - SFT"]
+        numbers.append(f"RL − SFT on bridge {_interval(versus)} ({versus.verdict(margin)})")
     boundary = {
         (v.cat, v.kind): v
         for v in found
         if v.metric.startswith("pass@(") and not v.metric.startswith("pass@(1,")
     }
-    rl_c, rl_a = boundary.get(("C", "RL")), boundary.get(("A", "RL"))
-    if rl_c is None or rl_a is None:
-        return None
-    if not (rl_c.test.replicated and rl_a.test.replicated):
-        return (
-            "The study's claim (RL widens the boundary on bridge but not on math) is not tested "
-            f"here: fewer than {MIN_SEEDS} independently made bases."
-        )
-    widens_c, widens_a = rl_c.word == "gain", rl_a.word == "gain"
-    if widens_c and not widens_a:
-        holds = "holds: RL's boundary gain is beyond the noise on bridge and not on math"
-    elif widens_c and widens_a:
-        holds = "does not hold as stated: RL's boundary gain is beyond the noise on both"
-    elif not widens_c and widens_a:
-        holds = "does not hold: RL widens the boundary on math but not on bridge"
-    elif rl_c.word == "loss":
-        holds = "does not hold: RL narrows the boundary on bridge"
-    else:
-        holds = "is not supported: RL's boundary change is within the noise on bridge"
     others = [
         boundary[("C", kind)]
         for kind in KIND_ORDER
@@ -220,24 +377,15 @@ def claim_sentence(data: StudyData, found: list[Verdict]) -> str | None:
     ]
     context = ""
     if others:
-        words = "; ".join(
-            f"{v.kind} − base {v.test.estimate:+.3f} [{v.test.lower:+.3f}, {v.test.upper:+.3f}], "
-            f"{v.word}"
-            for v in others
-        )
+        words = "; ".join(f"{v.kind} − base {_interval(v.test)}, {v.word}" for v in others)
         gains = [v.kind for v in others if v.word == "gain"]
         specific = (
             f"so a boundary gain on bridge is not specific to RL ({' and '.join(gains)} gain too)"
-            if widens_c and gains
+            if word == "gain" and gains
             else "for comparison"
         )
         context = f" The other recipes on bridge at the same cell: {words}; {specific}."
-    return (
-        f"The study's claim (RL widens the boundary on bridge but not on math) {holds} "
-        f"(bridge {rl_c.test.estimate:+.3f} [{rl_c.test.lower:+.3f}, {rl_c.test.upper:+.3f}], "
-        f"math {rl_a.test.estimate:+.3f} [{rl_a.test.lower:+.3f}, {rl_a.test.upper:+.3f}])."
-        + context
-    )
+    return f"{claim} {status} ({'; '.join(numbers)})." + context
 
 
 # ---------------------------------------------------------------------- the summary
@@ -326,12 +474,12 @@ def _changes(
     ]
 
 
-def _reading(tests: Sequence[SeedTest | None]) -> str:
+def _reading(tests: Sequence[SeedTest | None], margin: float | None = None) -> str:
     """Boundary and reliability in words, from the seed-level verdicts (none when unreplicated)."""
     boundary, reliable = tests[0], tests[2]
     if boundary is None or reliable is None or not (boundary.replicated and reliable.replicated):
         return "no verdict (not replicated)"
-    return reading(boundary.verdict(), reliable.verdict())
+    return reading(boundary.verdict(margin), reliable.verdict(margin))
 
 
 def change_sentences(data: StudyData) -> list[str]:
@@ -347,12 +495,13 @@ def change_sentences(data: StudyData) -> list[str]:
             labels = (f"boundary pass@{n}", "pass@1", f"pass^{k}")
             parts = [
                 f"{label} {t.estimate:+.3f} [{t.lower:+.3f}, {t.upper:+.3f}]"
-                + (f" ({t.verdict()})" if t.replicated else "")
+                + (f" ({t.verdict(data.margin)})" if t.replicated else "")
                 for label, t in zip(labels, tests, strict=True)
             ]
             out.append(
-                f"On {cat} ({spec['env_id']}) at T = {t_max}, {kind} − base: {'; '.join(parts)}: "
-                f"{_reading(tests)}."
+                f"Secondary, uncorrected: on {cat} ({spec['env_id']}) at T = {t_max}, {kind} − "
+                f"base: {'; '.join(parts)}: "
+                f"{_reading(tests, data.margin)}."
             )
     return out
 
@@ -364,7 +513,9 @@ def _change_section(data: StudyData, spec: dict[str, Any]) -> str:
     rows = []
     for kind in _kinds(spec):
         for t, tests in _changes(data, spec, kind):
-            rows.append([f"{kind} − base", str(t), *map(_fmt_test, tests), _reading(tests)])
+            rows.append(
+                [f"{kind} − base", str(t), *map(_fmt_test, tests), _reading(tests, data.margin)]
+            )
     header = [
         "trained − base",
         "T",
@@ -376,9 +527,9 @@ def _change_section(data: StudyData, spec: dict[str, Any]) -> str:
     return (
         "The same seed-level test at every T for three changes: the boundary (pass@n: solved at "
         f"all), pass@1 (the mean success rate) and pass^{k} (all of {k} independent episodes "
-        'succeed: reliability). "More reliable, not wider" and "wider but less reliable" '
-        "are read off one row; the reading uses the boundary and pass^k verdicts.\n\n"
-        + _table(header, rows)
+        'succeed: reliability). "More reliable; wider not shown" and "wider but less '
+        'reliable" are read off one row; the reading uses the boundary and pass^k verdicts, '
+        "and an inconclusive change is never read as none.\n\n" + _table(header, rows)
     )
 
 

@@ -35,7 +35,7 @@ def _run(role, seed, rates, n, rng, budgets=BUDGETS):
     return RunCounts(f"{role} s{seed}", role, seed, n, correct, answered, cut)
 
 
-def _data(effects, seeds=3, problems=300, n=16, shared_base=False, seed=0):
+def _data(effects, seeds=3, problems=300, n=16, shared_base=False, seed=0, margin=None):
     """A study of categories A (T = 0) and C (every T) where kind K moves each problem's rate
     by ``effects[cat][K]`` on the logit scale."""
     rng = np.random.default_rng(seed)
@@ -67,7 +67,7 @@ def _data(effects, seeds=3, problems=300, n=16, shared_base=False, seed=0):
         for s in range(seeds)
     ]
     timings.append({"stage": "base", "unit": "*", "status": "stage", "seconds": 1200.0})
-    return StudyData("synthetic", not shared_base, 0.95, cats, timings)
+    return StudyData("synthetic", not shared_base, 0.95, cats, timings, margin)
 
 
 def test_episode_counts_split_answers_forced_answers_and_cut_offs():
@@ -88,7 +88,7 @@ def test_episode_counts_split_answers_forced_answers_and_cut_offs():
         episode_counts(records[:2], ["a", "b"], [2], 3)
 
 
-def test_a_real_gain_is_a_gain_and_an_a_a_study_is_no_change():
+def test_a_real_gain_is_a_gain_and_an_a_a_study_is_inconclusive_or_equivalent():
     data = _data({"A": {"RL": 0.0, "SFT": 0.0}, "C": {"RL": 1.0, "SFT": 0.0}})
     found = {(v.cat, v.kind, v.metric): v for v in verdicts(data)}
     rl_c = found["C", "RL", "pass@(1, 5)"]
@@ -96,8 +96,20 @@ def test_a_real_gain_is_a_gain_and_an_a_a_study_is_no_change():
     assert ": a gain (the interval excludes 0" in rl_c.sentence("BridgeQA-v0")
     assert f"{rl_c.test.estimate:+.3f} [{rl_c.test.lower:+.3f}" in rl_c.sentence("BridgeQA-v0")
     for key in (("C", "SFT", "pass@(1, 5)"), ("A", "RL", "pass@(1, 0)")):
-        assert found[key].word == "no change"
-        assert ": no change (the interval includes 0" in found[key].sentence("x")
+        assert found[key].word == "inconclusive"
+        assert ": inconclusive (the interval includes 0 and no equivalence margin" in found[
+            key
+        ].sentence("x")
+    # with a margin fixed in advance, a null change whose interval lies inside it is equivalent
+    margined = _data({"A": {"RL": 0.0}, "C": {"RL": 1.0, "SFT": 0.0}}, margin=0.1)
+    within = {(v.cat, v.kind, v.metric): v for v in verdicts(margined)}
+    for key in (("C", "SFT", "pass@(1, 5)"), ("A", "RL", "pass@(1, 0)")):
+        test = within[key].test
+        assert within[key].word == (
+            "equivalent" if test.lower > -0.1 and test.upper < 0.1 else "inconclusive"
+        )
+    assert "equivalent" in {v.word for v in within.values()}
+    assert "inside the pre-registered ±0.1" in within["A", "RL", "pass@(1, 0)"].sentence("x")
     loss = {(v.cat, v.kind, v.metric): v for v in verdicts(_data({"C": {"RL": -1.0}}))}
     assert loss["C", "RL", "pass@(1, 5)"].word == "loss"
 
@@ -118,23 +130,29 @@ def test_a_shared_base_pairs_with_every_training_seed():
 
 
 @pytest.mark.parametrize(
-    ("effects", "words"),
+    ("effects", "margin", "words"),
     [
-        ({"A": {"RL": 0.0}, "C": {"RL": 2.5}}, "holds: RL's boundary gain is beyond the noise"),
-        ({"A": {"RL": 2.5}, "C": {"RL": 2.5}}, "does not hold as stated"),
-        ({"A": {"RL": 0.0}, "C": {"RL": 0.0}}, "is not supported"),
-        ({"A": {"RL": 0.0}, "C": {"RL": -2.5}}, "RL narrows the boundary on bridge"),
+        ({"A": {"RL": 0.0}, "C": {"RL": 2.5}}, None, "is supported: RL's boundary gain"),
+        ({"A": {"RL": 2.5}, "C": {"RL": 2.5}}, None, "is inconclusive, because RL widens bridge"),
+        ({"A": {"RL": 0.0}, "C": {"RL": 0.0}}, None, "is inconclusive, because RL's bridge change"),
+        ({"A": {"RL": 0.0}, "C": {"RL": 0.0}}, 0.08, "is contradicted: RL's boundary change on"),
+        ({"A": {"RL": 0.0}, "C": {"RL": -2.5}}, None, "is contradicted: RL narrows the boundary"),
     ],
 )
-def test_the_claim_sentence_follows_the_boundary_verdicts(effects, words):
-    data = _data(effects, problems=400, n=8)
-    found = verdicts(data)
-    sentence = claim_sentence(data, found)
+def test_the_claim_sentence_is_one_of_three_verdicts(effects, margin, words):
+    from passkt.study.summary import claim_tests
+
+    data = _data(effects, problems=400, n=8, margin=margin)
+    sentence = claim_sentence(data, verdicts(data))
     assert words in sentence, sentence
-    boundary = {(v.cat, v.kind): v.word for v in found if v.metric == "pass@(8, 5)"}
-    assert ("holds:" in sentence) == (
-        boundary["C", "RL"] == "gain"
-        and {v.word for v in found if v.metric == "pass@(8, 0)"} == {"no change"}
+    tests = claim_tests(data)
+    assert ("is supported" in sentence) == (
+        tests["C"].verdict(margin) == "gain" and tests["C - A"].verdict() == "gain"
+    )
+    assert ("is contradicted" in sentence) == (tests["C"].verdict(margin) in ("equivalent", "loss"))
+    inter = tests["C - A"]
+    assert (
+        f"bridge − math {inter.estimate:+.3f} [{inter.lower:+.3f}, {inter.upper:+.3f}]" in sentence
     )
 
 
@@ -281,10 +299,11 @@ def test_the_power_line_quotes_passkt_powers_own_answer_per_base_and_the_seed_le
 def test_the_claim_sentence_says_whether_other_recipes_widen_bridge_too():
     same = _data({"A": {"RL": 0.0}, "C": {"RL": 2.5, "SFT": 2.5}}, problems=400, n=8)
     sentence = claim_sentence(same, verdicts(same))
-    assert "holds" in sentence and "not specific to RL (SFT gain too)" in sentence
+    assert "is supported" in sentence and "not specific to RL (SFT gain too)" in sentence
     only = _data({"A": {"RL": 0.0}, "C": {"RL": 2.5, "SFT": 0.0}}, problems=400, n=8)
     sentence = claim_sentence(only, verdicts(only))
-    assert "SFT − base" in sentence and ", no change; for comparison." in sentence
+    assert "SFT − base" in sentence and ", inconclusive; for comparison." in sentence
+    assert "RL − SFT on bridge +" in sentence
 
 
 def _reliability_study(base_rates, trained_rates, seeds=3, n=16, seed=0):
@@ -306,7 +325,7 @@ def _reliability_study(base_rates, trained_rates, seeds=3, n=16, seed=0):
 @pytest.mark.parametrize(
     "move, words",
     [
-        ("sharpen", "more reliable, not wider"),  # solvable problems solved more often
+        ("sharpen", "more reliable; wider not shown"),  # solvable problems solved more often
         ("spread", "wider but less reliable"),  # unsolved ones now solved, the rest less often
     ],
 )
@@ -324,7 +343,9 @@ def test_the_three_way_table_reads_boundary_and_reliability_apart(move, words):
         trained = np.concatenate([np.full(200, 0.3), solvable - 0.3])
     data = _reliability_study(base, trained)
     (sentence,) = change_sentences(data)
-    assert sentence.startswith("On C (BridgeQA-v0) at T = 5, RL − base: boundary pass@16 ")
+    assert sentence.startswith(
+        "Secondary, uncorrected: on C (BridgeQA-v0) at T = 5, RL − base: boundary pass@16 "
+    )
     assert sentence.endswith(f": {words}.")
     section = _change_section(data, data.categories["C"])
     rows = [line for line in section.splitlines() if line.startswith("| RL − base |")]
