@@ -198,8 +198,10 @@ def _same_value(gold_expr: object, pred_expr: object, gold: ParsedMath, pred: Pa
     if value is None:
         return False
     gold_value = _assigned_value(gold_value, value)
-    if _kind(value) != _kind(gold_value) or _has_relation(value) > _has_relation(gold_value):
+    if _kind(value) != _kind(gold_value):
         return False
+    if _has_relation(value) and not _has_relation(gold_value):
+        return False  # 7 = 1,-2 is the list {7 = 1, -2}
     if not _names(value) <= _names(gold_value):
         return False  # I am not sure \cdot 0, 9\text{cm}+1: a variable the gold does not have
     if (
