@@ -115,6 +115,10 @@ class _Silent:
         pass
 
 
+def _on_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
 def progress_bar(
     *,
     total: int | None,
@@ -129,7 +133,7 @@ def progress_bar(
     ``leave=False``, are silent there), nothing when ``disable``."""
     if disable:
         return _Silent()
-    if sys.stderr.isatty():
+    if _on_terminal():
         return tqdm(total=total, desc=desc, initial=initial, leave=leave, unit=unit, **tqdm_options)
     if not leave:
         return _Silent()

@@ -8,9 +8,10 @@ recipe and one base recipe each: a size, a pretraining length, a pretraining see
 Per study, category and trained kind, the verdict at the boundary pass@(n, T_max) and at
 pass@(1, T_max) is the seed-level test the study's own ``summary.md`` prints
 (:func:`passkt.study.summary.verdicts`, from the study's ``report/data/`` when its report stage
-ran, else from its evaluations): estimate [interval] and gain / loss / no change / not
-replicated. When a study trains every replicate from one base, its replicates are training seeds
-from that base, so its verdict speaks about that base only, not the base recipe.
+ran, else from its evaluations): estimate [interval] and gain / loss / equivalent /
+inconclusive / not replicated. When a study trains every replicate from one base, its
+replicates are training seeds from that base, so its verdict speaks about that base only, not the
+base recipe.
 
 The sweep makes no claim that widening depends on base strength: along its x axis (the base's
 pass@1) the room left at k = n changes too (the problems the base does not yet solve at

@@ -162,14 +162,14 @@ def test_progress_moves_within_a_chunk(monkeypatch):
     # round) shows the work inside it; with a model policy one chunk can take minutes.
     import tqdm.auto
 
-    import passkt.agents.rollout
+    import passkt.agents.progress
 
     bars = []
 
     class Recorded(tqdm.auto.tqdm):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.shown = not kwargs["disable"]  # tqdm sets disable on close
+            self.shown = not kwargs.get("disable", False)  # tqdm sets disable on close
             self.postfixes, self.counts = [], []
             bars.append(self)
 
@@ -181,11 +181,12 @@ def test_progress_moves_within_a_chunk(monkeypatch):
             self.counts.append(self.n + n)
             return super().update(n)
 
-    monkeypatch.setattr(passkt.agents.rollout, "tqdm", Recorded)
+    monkeypatch.setattr(passkt.agents.progress, "tqdm", Recorded)
+    monkeypatch.setattr(passkt.agents.progress, "_on_terminal", lambda: True)  # a bar, not lines
     evaluate(
         "BridgeQA-v0", "scripted:oracle", n=2, budgets=(0, 3), limit=4, chunk_tasks=4, progress=True
     )
-    (episodes,) = bars
+    (episodes,) = [bar for bar in bars if bar.desc == "episodes"]
     assert episodes.shown and episodes.total == 8  # 4 tasks x n = 2 main episodes
     assert episodes.postfixes[:2] == ["round 1, 16 live", "round 2, 8 live"]  # T = 0 forks done
     assert episodes.counts == list(range(1, 9))  # counted as each one finishes

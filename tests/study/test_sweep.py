@@ -108,14 +108,18 @@ def test_the_verdicts_are_the_study_summarys_seed_level_test(tmp_path):
     for v in found:
         which = "pass@1" if v.metric == "pass@(1, 3)" else "boundary"
         assert v.metric in ("pass@(1, 3)", "pass@(2, 3)") and point.verdicts[v.kind][which] == v
-    assert point.verdicts["RL"]["boundary"].word == "gain"
-    assert point.verdicts["SFT"]["boundary"].word == "loss"
+    rl, sft = point.verdicts["RL"]["boundary"], point.verdicts["SFT"]["boundary"]
+    assert rl.test.verdict() == "gain" and sft.test.verdict() == "loss"
+    # secondary: a gain or loss stands only if it survives Holm's correction over the four
+    assert rl.word == ("gain" if rl.survives else "inconclusive")
+    assert sft.word == ("loss" if sft.survives else "inconclusive")
     assert (point.problems, point.room, point.per_seed) == (100, 40, False)
     row = sweep.verdict_table([point]).splitlines()[-1]
     cells = [_cell(point.verdicts[r][w]) for w in ("boundary", "pass@1") for r in ("SFT", "RL")]
     assert row.endswith(f"| {cells[0]} | {cells[1]} | - | {cells[2]} | {cells[3]} | - |")
     text = sweep.make_sweep([folder], tmp_path / "out").read_text()
-    assert _cell(point.verdicts["RL"]["boundary"]) in text and " gain |" in text
+    assert _cell(point.verdicts["RL"]["boundary"]) in text
+    assert f" {rl.word} |" in text
     assert "finding" not in text.lower()
     # One base: its replicates are training seeds from it, so the verdict is about that base.
     assert "a verdict is about this base, not the recipe" in text
