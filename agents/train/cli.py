@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import typing
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, Literal
 from passkt.agents.preflight import check_resume
 from passkt.agents.specs import parse_env_kwargs
 from passkt.agents.train.config import GRPOConfig, SFTConfig, TrainConfig, field_docs, plain
+from passkt.agents.train.plan import Launch, PlanReport, check_plan
 from passkt.envs.contract import import_modules, inspect_env
 
 _RENAMED = {"env_id": "--env", "output_dir": "--out", "imports": "--import"}
@@ -35,6 +37,9 @@ examples:
   passkt train grpo --out runs/grpo --resume                     (continue from the last checkpoint)
   passkt train grpo --config grpo.json --print-config            (show the resolved config)
   passkt train grpo --backend trl ...                            (TRL's GRPOTrainer instead)
+  passkt train grpo --backend trl --rollout-engine vllm ...      (TRL with a colocated vLLM)
+  passkt train grpo ... --check --world-size 8 --sharding zero3 --gpu-memory 80
+                                         (will it split and fit on 8 x 80 GB? prints the sums)
   torchrun --nproc_per_node 8 -m passkt.eval.cli train grpo ...  (several processes)
 """
 
@@ -69,17 +74,47 @@ def add_parser(subparsers: Any) -> None:
         parser.add_argument(
             "--print-config", action="store_true", help="print the resolved config and exit"
         )
-        if cls is GRPOConfig:
-            parser.add_argument(
-                "--backend",
-                choices=("passkt", "trl"),
-                help="which trainer runs: passkt's own (default; one process, or DDP under "
-                "torchrun / accelerate launch) or TRL's GRPOTrainer through "
-                "passkt.agents.train.trl (the trl extra; the route for DeepSpeed ZeRO / FSDP "
-                "sharding and TRL's vLLM generation)",
-            )
+        parser.add_argument(
+            "--backend",
+            choices=("passkt", "trl"),
+            help="which trainer runs: passkt's own (default; one process, or DDP under "
+            f"torchrun / accelerate launch) or TRL's {'GRPO' if cls is GRPOConfig else 'SFT'}"
+            "Trainer through passkt's adapter (the trl extra; the route for DeepSpeed ZeRO / "
+            "FSDP sharding). An option the chosen backend cannot honour is an error.",
+        )
+        add_plan_flags(parser)
         add_config_flags(parser, cls)
         parser.set_defaults(func=run_command, config_class=cls)
+
+
+def add_plan_flags(parser: argparse.ArgumentParser) -> None:
+    """``--check`` and what it needs to know about the launch (``passkt.agents.train.plan``)."""
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check the plan (batch splits, engine rules, memory per GPU, with the arithmetic) "
+        "and exit: 0 when the run can start, 2 naming the first rule it breaks and its fix. "
+        "Every training run makes the same check first.",
+    )
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        metavar="N",
+        help="training processes to check for (default: $WORLD_SIZE, set by torchrun and "
+        "accelerate launch, else 1); a vLLM server's GPUs are not counted",
+    )
+    parser.add_argument(
+        "--gpu-memory",
+        type=float,
+        metavar="GB",
+        help="memory of each GPU to check against (default: the visible GPU's, else unchecked)",
+    )
+    parser.add_argument(
+        "--sharding",
+        choices=("ddp", "zero3", "fsdp"),
+        help="how the model is split over processes (default: what accelerate launch's "
+        "config says, else ddp)",
+    )
 
 
 def add_config_flags(parser: argparse.ArgumentParser, cls: type[TrainConfig]) -> None:
@@ -171,11 +206,56 @@ def _check_env(config: TrainConfig) -> None:
     inspect_env(config.env_id, kwargs, config.split)
 
 
+def launch_from(args: argparse.Namespace, backend: str) -> Launch:
+    """The launch the plan check assumes: flags, else what the launcher put in the environment
+    (``WORLD_SIZE``; accelerate's ``ACCELERATE_USE_DEEPSPEED`` / ``ACCELERATE_USE_FSDP``), else
+    one process with a full copy of the model."""
+    world = getattr(args, "world_size", None) or int(os.environ.get("WORLD_SIZE") or 1)
+    sharding = getattr(args, "sharding", None)
+    if sharding is None:
+        if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+            sharding = "zero3"
+        elif os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+            sharding = "fsdp"
+        else:
+            sharding = "ddp"
+    memory = getattr(args, "gpu_memory", None)
+    if memory is None and not getattr(args, "check", False):
+        memory = visible_gpu_memory()
+    return Launch(backend=backend, world_size=world, sharding=sharding, gpu_memory_gb=memory)
+
+
+def visible_gpu_memory() -> float | None:
+    """GB of this process's GPU (None without CUDA); only a training run asks (torch, 1 s)."""
+    import torch  # start-up cost: torch, 1 s (a training run loads it anyway)
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 1e9
+
+
+def check_command(config: TrainConfig, args: argparse.Namespace, backend: str) -> PlanReport:
+    """The plan check of ``config`` as launched; ``--check`` prints every line."""
+    report = check_plan(config, launch_from(args, backend))
+    if getattr(args, "check", False):
+        print("\n".join(report.lines()))
+    else:
+        for check in report.checks:
+            if check.warning and not check.ok:
+                print(f"passkt: warning: {check.name}: {check.detail}", file=sys.stderr)
+    report.raise_on_failure()
+    return report
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Run ``passkt train grpo|sft`` (prints only here, in the CLI)."""
     config = config_from_args(args)
     if getattr(args, "print_config", False):
         print(json.dumps(config.to_dict(), indent=2, sort_keys=True))
+        return 0
+    backend = getattr(args, "backend", "passkt")
+    check_command(config, args, backend)  # seconds, before the env and the model
+    if getattr(args, "check", False):
         return 0
     resume = bool(getattr(args, "resume", False))
     if resume:  # before the env and the model; the library's resume=True may also start a run
@@ -183,10 +263,14 @@ def run_command(args: argparse.Namespace) -> int:
 
         check_resume(config.output_dir, holds_training_run)
     _check_env(config)
-    if isinstance(config, GRPOConfig) and getattr(args, "backend", "passkt") == "trl":
+    if isinstance(config, GRPOConfig) and backend == "trl":
         from passkt.agents.train.trl import train_grpo_trl  # start-up cost: torch, 1 s
 
         result = train_grpo_trl(config, resume=resume)
+    elif backend == "trl":
+        from passkt.agents.train.trl_sft import train_sft_trl  # start-up cost: torch, 1 s
+
+        result = train_sft_trl(config, resume=resume)
     elif isinstance(config, GRPOConfig):
         from passkt.agents.train.grpo import train_grpo  # start-up cost: torch, 1 s
 

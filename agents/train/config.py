@@ -279,12 +279,23 @@ class GRPOConfig(TrainConfig):
     """Nucleus sampling of the training rollouts."""
     top_k: int = 0
     """Top-k sampling of the training rollouts (0: off)."""
-    rollout_engine: Literal["hf", "vllm"] = "hf"
-    """Who samples the training rollouts: ``hf`` (the trained model in transformers) or ``vllm``
-    (a colocated vLLM engine given the new weights, or the LoRA adapter, after every optimizer
-    step; needs a CUDA GPU and ``pip install 'passkt[vllm]'``)."""
+    rollout_engine: Literal["hf", "vllm", "vllm-server"] = "hf"
+    """Who samples the training rollouts. ``hf`` (the default): the trained model itself in
+    transformers' decoding loop; no extra memory, but slow on a GPU, and under ZeRO-3 / FSDP
+    (``--backend trl``) the whole model is gathered for every rollout. ``vllm``: a colocated vLLM
+    engine in every training process, given the new weights (or the LoRA adapter) after every
+    optimizer step; it reserves ``vllm_gpu_memory_utilization`` of each GPU. ``vllm-server``
+    (``--backend trl`` only): a ``trl vllm-serve`` server at ``vllm_server_url`` on GPUs of its
+    own, synced by the main process before each step. vLLM needs a CUDA GPU and ``pip install
+    'passkt[vllm]'``."""
     vllm_gpu_memory_utilization: float = 0.3
-    """Share of each GPU the colocated vLLM engine may take (the rest is for training)."""
+    """With ``rollout_engine = "vllm"``: share of each GPU the colocated engine reserves for its
+    weights and KV cache (the rest is for training)."""
+    vllm_server_url: str = "http://127.0.0.1:8000"
+    """With ``rollout_engine = "vllm-server"``: the base URL of the ``trl vllm-serve`` server."""
+    vllm_tensor_parallel_size: int = 1
+    """With ``rollout_engine = "vllm-server"``: GPUs the server shards the model over (its
+    ``--tensor-parallel-size``; the plan check counts them). A colocated engine uses 1."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -307,6 +318,7 @@ class GRPOConfig(TrainConfig):
             raise ValueError(
                 "rollout_engine='vllm' samples with vLLM: use an hf: policy, not lean:"
             )
+        _positive(self, "vllm_tensor_parallel_size")
         if not 0 < self.vllm_gpu_memory_utilization < 1:
             raise ValueError(
                 "vllm_gpu_memory_utilization must be in (0, 1), got "

@@ -46,6 +46,7 @@ from passkt.agents.train.common import (
     total_steps,
 )
 from passkt.agents.train.config import TrainConfig, policy_path, rollout_backend
+from passkt.agents.train.options import refuse_options
 from passkt.agents.train.report import MetricsLogger
 from passkt.agents.train.vllm_sync import VLLMTrainingPolicy
 from passkt.envs.errors import PassktError
@@ -385,6 +386,7 @@ def preflight(config: TrainConfig, *, resume: bool) -> None:
     the policy (a model folder with a ``config.json`` and sound files), its dtype, and the files
     of the checkpoint a resume would read (``passkt.agents.model_files``). (``--resume`` on a
     folder without a run is refused by the command line, ``holds_training_run``.)"""
+    refuse_options(config, "passkt")  # e.g. a vLLM server, which only TRL's route syncs
     policy = config.policy if ":" in config.policy else f"hf:{config.policy}"
     check_policy_spec(policy, trainable=True)
     check_dtype(config.dtype, "dtype")

@@ -50,8 +50,9 @@ from passkt.agents.rollout import Episode, rollout
 from passkt.agents.train.common import env_kwargs_for, env_options, load_task_list, step_seed
 from passkt.agents.train.config import GRPOConfig, policy_path
 from passkt.agents.train.loop import TrainResult
+from passkt.agents.train.options import refuse_options
 from passkt.agents.train.report import make_callback
-from passkt.agents.train.trl_vllm import trl_vllm_policy
+from passkt.agents.train.trl_vllm import guard_sync_answers, trl_vllm_policy
 from passkt.envs.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
@@ -295,6 +296,8 @@ class PassktRollout:
         """The trainer's current policy: TRL's vLLM engine when it uses one, else its model
         (gathered for generation under DeepSpeed ZeRO-3, as TRL's own generation does)."""
         if getattr(trainer, "use_vllm", False):
+            if trainer.vllm_generation.mode == "server":
+                wait_for_sync(trainer)
             yield trl_vllm_policy(trainer)
             return
         from trl.models import unwrap_model_for_generation  # optional: the trl extra
@@ -306,6 +309,27 @@ class PassktRollout:
                 tokenizer=trainer.processing_class,
                 batch_size=self.config.generation_batch_size,
             )
+
+
+def wait_for_sync(trainer: Any) -> None:
+    """Hold every process until the main process's weight sync of this step is done.
+
+    In server mode TRL's main process alone sends the new weights and resets the server's prefix
+    cache (``VLLMGeneration.sync_weights``), then every process calls the rollout function; its
+    own rounds go to the server at once. Without this barrier a process samples while the update
+    or the reset is in flight: stale weights, and a reset refused with ``{"success": false}``.
+    The next step's sync cannot overtake a rollout either: it comes after the optimizer step,
+    whose gradient all-reduce waits for every process's rollouts.
+    """
+    trainer.accelerator.wait_for_everyone()
+
+
+def guard_server(trainer: Any) -> None:
+    """Make the main process's server client fail loudly on a refused sync (``trl_vllm``)."""
+    generation = getattr(trainer, "vllm_generation", None)
+    client = getattr(generation, "vllm_client", None)
+    if generation is not None and generation.mode == "server" and client is not None:
+        guard_sync_answers(client.session, lambda: int(trainer.state.global_step))
 
 
 def _log_metrics(trainer: Any, metrics: Mapping[str, float]) -> None:
@@ -395,26 +419,44 @@ def trl_args(config: GRPOConfig, world_size: int = 1, **overrides: Any) -> dict[
     }
     if config.gradient_checkpointing:
         args["gradient_checkpointing"] = True
-    warn_passkt_only(config)
+    refuse_unhonoured(config)
+    args.update(rollout_engine_args(config))
     args.update(overrides)
     refuse_unsupported_vllm(args)
     return args
 
 
-def warn_passkt_only(config: Any) -> None:
-    """Say (a warning) that ``micro_batch_tokens`` does not reach TRL's trainers.
+def rollout_engine_args(config: GRPOConfig) -> dict[str, Any]:
+    """TRL's vLLM fields for ``config.rollout_engine``: none for ``hf`` (the trained model
+    samples), a colocated engine per process for ``vllm``, a ``trl vllm-serve`` server for
+    ``vllm-server``."""
+    if config.rollout_engine == "vllm":
+        return {
+            "use_vllm": True,
+            "vllm_mode": "colocate",
+            "vllm_gpu_memory_utilization": config.vllm_gpu_memory_utilization,
+        }
+    if config.rollout_engine == "vllm-server":
+        return {
+            "use_vllm": True,
+            "vllm_mode": "server",
+            "vllm_server_base_url": config.vllm_server_url,
+        }
+    return {}
 
-    TRL's micro-batches are ``per_device_train_batch_size`` rows (``micro_batch_size``), and its
-    fused output head already computes the log-probabilities in chunks (``loss_logits`` and
-    ``logits_chunk_tokens`` have no TRL field either, and need none).
+
+def refuse_unhonoured(config: Any) -> None:
+    """Refuse, in one line, a passkt option that TRL's trainers would not honour.
+
+    TRL's micro-batches are ``per_device_train_batch_size`` rows (``micro_batch_size``) whatever
+    their length, its fused output head computes the log-probabilities in its own tiles, and the
+    route does not evaluate during training: ``micro_batch_tokens``, ``loss_logits``,
+    ``logits_chunk_tokens`` and ``eval_every`` set away from their defaults would be no-ops.
+
+    Raises:
+        PlanError: Naming the option and why (a ``ValueError``).
     """
-    if config.micro_batch_tokens is not None:
-        logger.warning(
-            "micro_batch_tokens=%d applies to passkt's own trainer only: TRL's micro-batches are "
-            "micro_batch_size = %d rows whatever their length",
-            config.micro_batch_tokens,
-            config.micro_batch_size,
-        )
+    refuse_options(config, "trl")
 
 
 def refuse_unsupported_vllm(args: Mapping[str, Any]) -> None:
@@ -483,6 +525,7 @@ def make_trl_trainer(config: GRPOConfig, **trl_overrides: Any) -> Any:
         rollout_func=PassktRollout(config, max_completion_length=args.max_completion_length),
         callbacks=[make_callback(Path(config.output_dir), config.report_to, config.to_dict())],
     )
+    guard_server(trainer)
     if not config.progress:  # with tqdm off, transformers would print every log line instead
         from transformers import PrinterCallback
 

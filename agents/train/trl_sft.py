@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from passkt.agents.train.config import SFTConfig, policy_path
+from passkt.agents.train.report import make_callback
 from passkt.agents.train.sft import ExpertExample, expert_examples
-from passkt.agents.train.trl import finish_trl_run, lora_config, warn_passkt_only
+from passkt.agents.train.trl import finish_trl_run, lora_config, refuse_unhonoured
 from passkt.envs.errors import MissingDependencyError
 
 _SCHEDULERS = {"constant": "constant", "linear": "linear", "cosine": "cosine"}
@@ -66,7 +68,8 @@ def trl_sft_args(config: SFTConfig, world_size: int = 1, **overrides: Any) -> di
         "logging_steps": 1,
         "save_strategy": "steps" if config.save_every else "no",
         "save_steps": config.save_every or 500,
-        "report_to": "none",
+        "save_total_limit": config.save_total_limit,
+        "report_to": "none",  # our MetricsLogger callback writes the same sinks as train_sft
         "use_cpu": not torch.cuda.is_available(),
         "bf16": config.dtype == "bfloat16",
         "model_init_kwargs": {"dtype": config.dtype if config.dtype != "auto" else "auto"},
@@ -74,7 +77,7 @@ def trl_sft_args(config: SFTConfig, world_size: int = 1, **overrides: Any) -> di
     }
     if config.gradient_checkpointing:
         args["gradient_checkpointing"] = True
-    warn_passkt_only(config)
+    refuse_unhonoured(config)
     args.update(overrides)
     return args
 
@@ -99,17 +102,21 @@ def make_trl_sft_trainer(config: SFTConfig, **trl_overrides: Any) -> Any:
         train_dataset=Dataset.from_list(sft_rows(examples)),
         processing_class=tokenizer,
         peft_config=lora_config(config),
+        callbacks=[make_callback(Path(config.output_dir), config.report_to, config.to_dict())],
     )
 
 
-def train_sft_trl(config: SFTConfig, **trl_overrides: Any) -> Any:
+def train_sft_trl(config: SFTConfig, *, resume: bool = False, **trl_overrides: Any) -> Any:
     """Train with TRL's ``SFTTrainer`` as ``train_sft`` trains with ours; the final model goes to
     ``output_dir/final`` as a plain HF folder (LoRA merged), which ``passkt eval`` loads.
 
     Returns:
         A ``TrainResult`` (the final folder on the main process, the steps, the last metrics).
     """
+    # optional: the hf extra (torch, transformers)
+    from transformers.trainer_utils import get_last_checkpoint
 
     trainer = make_trl_sft_trainer(config, **trl_overrides)
-    trainer.train()
+    exists = resume and os.path.isdir(config.output_dir)
+    trainer.train(resume_from_checkpoint=get_last_checkpoint(config.output_dir) if exists else None)
     return finish_trl_run(trainer, config, "loss")

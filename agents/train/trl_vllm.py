@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlparse
 
 from passkt.agents.hf import chat_prompt_ids
 from passkt.agents.policy import Completion, SamplingParams
@@ -150,19 +151,72 @@ class ServerEnginePolicy(ColocatedEnginePolicy):
         return completions_from_server(output, params, self.eos_ids, self.decode)
 
 
+SYNC_PATHS = (
+    "/init_communicator",
+    "/start_weight_update",
+    "/update_weights",
+    "/finish_weight_update",
+    "/reset_prefix_cache",
+)
+"""Server endpoints of TRL's weight sync whose ``{"success": false}`` answer TRL ignores."""
+
+
+class ServerSyncError(RuntimeError):
+    """The vLLM server refused a step of the weight sync: it would sample with stale weights."""
+
+
+def refused_sync(path: str, status: int, body: Any) -> bool:
+    """Whether a sync endpoint's answer says it failed. vLLM answers a failed prefix-cache reset
+    (requests in flight) or weight update with HTTP 200 and ``{"success": false}``; before vLLM
+    0.26 the reset answered an empty body, which is not a refusal."""
+    return (
+        status == 200
+        and path.endswith(SYNC_PATHS)
+        and isinstance(body, dict)
+        and body.get("success") is False
+    )
+
+
+def guard_sync_answers(session: Any, step: Callable[[], int]) -> None:
+    """Make a ``requests`` session (TRL's ``VLLMClient.session``) raise ``ServerSyncError`` on a
+    refused sync, naming the training step (``step()``), instead of going on with stale weights.
+
+    A response hook sees every answer the client reads, whichever TRL method posted it.
+    """
+
+    def check(response: Any, *args: Any, **kwargs: Any) -> Any:
+        path = urlparse(response.url).path
+        if not path.endswith(SYNC_PATHS):
+            return response
+        try:
+            body = response.json()
+        except ValueError:  # an empty body: vLLM before 0.26
+            return response
+        if refused_sync(path, response.status_code, body):
+            raise ServerSyncError(
+                f"the vLLM server answered {body} to {path} at step {step()}: its weights or "
+                "prefix cache are stale, so the step's rollouts would sample the old policy; "
+                "see the server's log"
+            )
+        return response
+
+    session.hooks["response"].append(check)
+
+
 def trl_vllm_policy(trainer: Any) -> Any:
     """The passkt policy over a ``GRPOTrainer``'s vLLM engine (``use_vllm=True``)."""
     generation = trainer.vllm_generation
     tokenizer = trainer.processing_class
     if generation.mode == "colocate":
         return ColocatedEnginePolicy(generation.llm, tokenizer)
-    client = getattr(generation, "vllm_client", None)
-    if client is None:  # TRL connects only the main process; the others open their own client
+    client = getattr(generation, "vllm_client", None) or getattr(generation, "_passkt_client", None)
+    if client is None:  # TRL connects only the main process; the others open their own, once
         from trl.generation.vllm_client import VLLMClient
 
         base_url = generation.server_base_url or (
             f"http://{generation.server_host}:{generation.server_port}"
         )
         client = VLLMClient(base_url=base_url, connection_timeout=generation.server_timeout)
+        generation._passkt_client = client
     eos_ids = list(getattr(trainer, "eos_token_ids", None) or [tokenizer.eos_token_id])
     return ServerEnginePolicy(client, tokenizer, eos_ids)

@@ -309,15 +309,14 @@ def test_config_rejects_bad_memory_options(change, message):
         GRPOConfig(**{"policy": "hf:model", **change})
 
 
-def test_the_trl_routes_say_that_the_token_cap_is_passkts_only(caplog):
+def test_the_trl_routes_refuse_the_token_cap_in_one_line():
     pytest.importorskip("trl")
+    from passkt.agents.train.plan import PlanError
     from passkt.agents.train.trl import trl_args
     from passkt.agents.train.trl_sft import trl_sft_args
 
-    with caplog.at_level(logging.WARNING):
-        args = trl_args(GRPOConfig(policy="hf:m", micro_batch_tokens=4096, micro_batch_size=4))
-        trl_sft_args(SFTConfig(policy="hf:m", micro_batch_tokens=4096, micro_batch_size=4))
-        trl_args(GRPOConfig(policy="hf:m", micro_batch_size=4))  # no cap: nothing to say
-    said = [r.getMessage() for r in caplog.records if "micro_batch_tokens=4096" in r.getMessage()]
-    assert len(said) == 2 and "passkt's own trainer only" in said[0]
+    for make, cls in ((trl_args, GRPOConfig), (trl_sft_args, SFTConfig)):
+        with pytest.raises(PlanError, match=r"--micro-batch-tokens under --backend trl: TRL's"):
+            make(cls(policy="hf:m", micro_batch_tokens=4096, micro_batch_size=4))
+    args = trl_args(GRPOConfig(policy="hf:m", micro_batch_size=4))  # no cap: nothing to refuse
     assert args["per_device_train_batch_size"] == 4

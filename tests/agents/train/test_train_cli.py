@@ -161,10 +161,9 @@ def test_passkt_trainer_keeps_one_process_and_ddp(kind):
     refuse_sharding(SimpleNamespace(distributed_type=DistributedType[kind]))
 
 
-def test_backend_flag_is_grpo_only_and_checked(capsys):
+def test_backend_flag_is_checked_and_sft_has_trls_too(capsys):
     with pytest.raises(SystemExit):
         main(["train", "grpo", "--backend", "deepspeed", "--print-config"])
     assert "invalid choice" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["train", "sft", "--backend", "trl", "--print-config"])
-    assert "unrecognized arguments: --backend" in capsys.readouterr().err
+    assert main(["train", "sft", "--backend", "trl", "--policy", "hf:m", "--check"]) == 0
+    assert "backend trl" in capsys.readouterr().out
