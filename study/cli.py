@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from passkt.study import keep, pipeline, sweep
-from passkt.study.profile import StudyError, known_profiles
+from passkt.study import gpu_plan, keep, pipeline, sweep
+from passkt.study.profile import StudyError, known_profiles, resolve
 from passkt.study.stages import STAGES
 from passkt.study.summary import DATA_DIR, DataError, make_summary, read_data
 
@@ -80,6 +80,32 @@ def add_parser(subparsers: Any) -> None:
     back.add_argument("source", metavar="DIR", type=Path, help="the kept copy (export --to)")
     back.add_argument("--out", required=True, type=Path, help="the study folder to continue")
     back.set_defaults(func=_restore)
+    check = verbs.add_parser(
+        "check",
+        help="check that every training run of a profile can start and fit on N GPUs",
+        description="Resolve every training run of a profile (SFT, GRPO, RFT per category, with "
+        "[train]'s backend and TRL options) and run the plan check of `passkt train --check` on "
+        "each: batch splits per process, engine rules, the vLLM version, memory per GPU with the "
+        "arithmetic. Exit 2 naming the first rule a run breaks and the setting that fixes it.",
+    )
+    check.add_argument(
+        "profile", metavar="PROFILE", help=f"{', '.join(known_profiles())} or PATH.toml"
+    )
+    check.add_argument("--gpus", type=int, required=True, help="GPUs of the machine")
+    check.add_argument("--gpu-memory", type=float, default=80.0, metavar="GB", help="per GPU (80)")
+    check.add_argument(
+        "--sharding",
+        choices=("ddp", "zero3", "fsdp"),
+        help="default: zero3 for full fine-tuning through TRL on several GPUs, else ddp",
+    )
+    check.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a profile key, as study run --set")  # fmt: skip
+    check.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the memory and time table of benchmarks/README.md for the documented routes",
+    )
+    check.set_defaults(func=_check)
     draw = verbs.add_parser("sweep", help="compare the boundary change across finished studies")
     draw.add_argument("studies", nargs="+", help="finished study folders")
     draw.add_argument("--out", required=True, help="where sweep.md and its figures go")
@@ -130,6 +156,34 @@ def _restore(args: argparse.Namespace) -> int:
     def work() -> None:
         restored = keep.restore(args.source, args.out)
         print(f"restored {len(restored)} file(s) into {args.out}")
+
+    return _guarded(work)
+
+
+def _check(args: argparse.Namespace) -> int:
+    def work() -> None:
+        if args.gpus < 1:
+            raise StudyError(f"--gpus must be >= 1, got {args.gpus}")
+        profile = resolve(args.profile, args.set)
+        if args.markdown:
+            print(gpu_plan.estimate_markdown(profile, args.gpus, args.gpu_memory))
+            return
+        failures = []
+        for route in gpu_plan.profile_routes(profile, args.gpus, args.sharding):
+            try:
+                reports = gpu_plan.check_route(profile, route, args.gpu_memory)
+            except ValueError as e:
+                raise StudyError(str(e)) from e
+            for cat, report in reports:
+                print(f"== {route.name}, category {cat}")
+                print("\n".join(report.lines()))
+                failed = report.failure
+                if failed is not None:
+                    where = f"{route.method} (category {cat})"
+                    failures.append(f"{where}: {failed.name}: {failed.detail}; fix: {failed.fix}")
+        if failures:
+            raise StudyError(failures[0])
+        print(f"every training run of {args.profile} can start on {args.gpus} GPU(s)")
 
     return _guarded(work)
 
