@@ -18,6 +18,7 @@ from passkt.eval.power import (
     counts_at,
     required_problems,
     seed_level_power,
+    seeds_needed,
     smallest_change,
     smoothed_rates,
     true_pass_at_k,
@@ -66,6 +67,25 @@ def add_parser(subparsers: Any) -> None:
         "--samples", type=_positive_int, help="samples per problem of the planned study (n)"
     )
     p.add_argument("--sims", type=_positive_int, default=DEFAULT_SIMS, help="simulated studies")
+    p.add_argument(
+        "--spread",
+        type=float,
+        help="several runs: the standard deviation of the replicates' true changes (e.g. a "
+        "pilot's per-replicate changes, as its summary prints them) for the realistic "
+        "seed-level power beside the equal-change upper bound",
+    )
+    p.add_argument(
+        "--replicates",
+        type=_positive_int,
+        help="several runs: the (base, trained) pairs the planned study has, cycling through "
+        "the runs given (default one per run)",
+    )
+    p.add_argument(
+        "--seeds-for",
+        type=float,
+        metavar="POWER",
+        help="with --spread: also the fewest replicates (3..16) that reach this power",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the simulation")
     p.set_defaults(func=run_power)
 
@@ -136,6 +156,12 @@ def check_room(path: Path, table: Any, budget: int, k: int, delta: float) -> Non
 
 
 def run_power(args: argparse.Namespace) -> int:
+    if args.spread is not None and (not math.isfinite(args.spread) or args.spread < 0):
+        raise ValueError(f"--spread must be a finite number >= 0, got {args.spread!r}")
+    if args.seeds_for is not None and not 0 < args.seeds_for < 1:
+        raise ValueError(f"--seeds-for must lie in (0, 1), e.g. 0.8; got {args.seeds_for!r}")
+    if args.seeds_for is not None and args.spread is None:
+        raise ValueError("--seeds-for needs --spread (the realistic power it searches with)")
     if (args.delta is None) == (args.problems is None):
         raise ValueError("give --delta (problems needed) or --problems (smallest change), not both")
     if len(args.run) > 1 and args.delta is None:
@@ -167,13 +193,38 @@ def run_power(args: argparse.Namespace) -> int:
         index = {task: i for i, task in enumerate(table.task_ids)}
         bases.append(rates[[index[task] for task in ids]])
     if len(bases) > 1:
-        power = seed_level_power(bases, delta=args.delta, problems=len(ids), **common)
         what = "the boundary" if k == n else f"pass@{k}"
+        count = args.replicates or len(bases)
+        study = dict(problems=len(ids), replicates=count, **common)
+        try:
+            upper = f"{seed_level_power(bases, delta=args.delta, **study):.3f}"
+        except ValueError as e:
+            upper = f"none ({e})"
         print(
-            f"\nseed-level test over these {len(bases)} bases (one trained policy each) and "
-            f"their {len(ids)} shared problems: power {power:.3f} to find a change of {what} at "
-            f"T = {budget} of {args.delta:+g} at level {args.level}, when every replicate "
-            "changes by exactly that much (an upper bound: replicates whose changes differ "
-            "lower it; a verdict needs 3 or more bases)."
+            f"\nseed-level test over {count} replicates (cycling through these {len(bases)} "
+            f"bases, one trained policy each) and their {len(ids)} shared problems, a change of "
+            f"{what} at T = {budget} of {args.delta:+g} at level {args.level}:\n"
+            f"- upper bound (every replicate changes by exactly {args.delta:+g}): power {upper}"
         )
+        if args.spread is not None:
+            realistic = seed_level_power(bases, delta=args.delta, spread=args.spread, **study)
+            print(
+                f"- realistic (each replicate's true change drawn around {args.delta:+g} with sd "
+                f"{args.spread:g}, capped at the room its base leaves): power {realistic:.3f}"
+            )
+            if args.seeds_for is not None:
+                study.pop("replicates")
+                needed = seeds_needed(
+                    bases, delta=args.delta, spread=args.spread, power=args.seeds_for, **study
+                )
+                print(
+                    f"- replicates for power {args.seeds_for:g} (realistic): "
+                    + (str(needed) if needed is not None else "more than 16")
+                )
+        else:
+            print(
+                "- realistic: give --spread SD (the sd of the replicates' changes, e.g. from a "
+                "pilot) for the power when replicates' changes differ, which is lower"
+            )
+        print("A verdict needs 3 or more replicates.")
     return 0

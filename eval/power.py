@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,7 @@ __all__ = [
     "power_at",
     "required_problems",
     "seed_level_power",
+    "seeds_needed",
     "shifted_rates",
     "smallest_change",
     "smoothed_rates",
@@ -262,38 +264,98 @@ def seed_level_power(
     level: float = 0.05,
     sims: int = DEFAULT_SIMS,
     seed: int = 0,
+    spread: float = 0.0,
+    replicates: int | None = None,
 ) -> float:
     """Power of the seed-level test (:mod:`passkt.eval.seeds`) with one replicate per base.
 
-    Each base's rates (``(Q,)``, the same Q problems for every base) are moved by its own logit
-    shift so that its population pass@k changes by exactly ``delta``; a simulated study draws P
-    problems (shared by every replicate), n outcomes per problem and policy, and runs the
-    seed-level test at ``1 - level`` confidence. The replicates differ only as the bases do, and
-    every replicate's true change is ``delta``: with a between-replicate spread of the change the
-    power is lower, so this is an upper bound for the seed-level rule.
+    Each base's rates (``(Q,)``, the same Q problems for every base) are moved by a logit shift
+    so that its population pass@k changes by that replicate's true change; a simulated study
+    draws P problems (shared by every replicate), n outcomes per problem and policy, and runs
+    the seed-level test at ``1 - level`` confidence.
+
+    ``spread = 0`` (the default): every replicate changes by exactly ``delta``, so the
+    replicates differ only as the bases do. That is an **upper bound**: real replicates' changes
+    differ. ``spread > 0``: each replicate's true change is drawn from a normal distribution
+    around ``delta`` with that standard deviation (the observed between-replicate spread of a
+    pilot's changes is the realistic value), and kept inside what the base's pass@k leaves
+    (a base with no room for a gain is capped at its room, as it would be). ``replicates``: how
+    many (base, trained) pairs the study has, cycling through ``bases`` (default one per base).
 
     Raises:
-        ValueError: If the bases hold different numbers of problems, or ``delta`` leaves (0, 1).
+        ValueError: If the bases hold different numbers of problems, or (``spread = 0``)
+            ``delta`` leaves (0, 1) for a base.
     """
     bases = [np.asarray(b, dtype=np.float64) for b in bases]
     if not bases or len({b.size for b in bases}) != 1:
         raise ValueError("the bases must hold rates of the same problems, one array each")
     _check_study(problems, n, k)
-    trained = [shifted_rates(b, k, delta) for b in bases]
+    if not spread >= 0 or not np.isfinite(spread):
+        raise ValueError(f"spread must be a finite number >= 0, got {spread!r}")
+    count = len(bases) if replicates is None else int(replicates)
+    if count < 1:
+        raise ValueError(f"replicates must be >= 1, got {replicates!r}")
+    used = [bases[i % len(bases)] for i in range(count)]
+    unique = [_change_grid(b, k, delta, spread) for b in bases]  # (deltas (G,), rates (G, Q))
+    grids = [unique[i % len(bases)] for i in range(count)]
     rng = np.random.default_rng(seed)
     direction = 1.0 if delta >= 0 else -1.0
     hits = 0
     for start in range(0, sims, 500):
         size = min(500, sims - start)
-        drawn = rng.integers(bases[0].size, size=(problems, size))
-        pairs = [
-            ((rng.binomial(n, b[drawn]), n), [(rng.binomial(n, t[drawn]), n)])
-            for b, t in zip(bases, trained, strict=True)
-        ]
+        drawn = rng.integers(used[0].size, size=(problems, size))
+        pairs = []
+        for base, (deltas, rates) in zip(used, grids, strict=True):
+            wanted = delta + spread * rng.standard_normal(size)
+            pick = np.abs(deltas[:, None] - wanted[None, :]).argmin(axis=0)  # (size,)
+            trained = rates[pick[None, :], drawn]  # (P, size)
+            pairs.append(((rng.binomial(n, base[drawn]), n), [(rng.binomial(n, trained), n)]))
         test = seed_level_counts(pairs, k=k, budget=0, level=1.0 - level)
         found = test.lower > 0 if direction > 0 else test.upper < 0
         hits += int(np.sum(found))
     return hits / sims
+
+
+def _change_grid(
+    rates: np.ndarray, k: int, delta: float, spread: float, points: int = 41
+) -> tuple[np.ndarray, np.ndarray]:
+    """The true changes a replicate of this base may draw, and its rates after each: exactly
+    ``delta`` without spread; else ``delta ± 4 spread`` on ``points`` values, kept inside
+    what the base's pass@k leaves."""
+    if spread == 0:
+        return np.array([delta]), shifted_rates(rates, k, delta)[None, :]
+    base = true_pass_at_k(rates, k)
+    low = max(delta - 4 * spread, -base + 1e-4)
+    high = min(delta + 4 * spread, 1.0 - base - 1e-4)
+    deltas = np.linspace(low, high, points) if high > low else np.array([high])
+    shifted = np.stack([shifted_rates(rates, k, d) if d else rates for d in deltas])
+    return deltas, shifted
+
+
+def seeds_needed(
+    bases: Sequence[np.ndarray],
+    *,
+    delta: float,
+    spread: float,
+    power: float = 0.8,
+    most: int = 16,
+    **study: Any,
+) -> int | None:
+    """The fewest replicates (from 3, cycling through ``bases``) whose seed-level test reaches
+    ``power`` for a true change ``delta`` with between-replicate ``spread`` (power grows with
+    replicates, so a bisection over 3..``most``); ``None`` if ``most`` do not."""
+
+    def enough(count: int) -> bool:
+        found = seed_level_power(bases, delta=delta, spread=spread, replicates=count, **study)
+        return found >= power
+
+    if not enough(most):
+        return None
+    low, high = 2, most  # enough(high); low is "not enough" (fewer than 3 give no verdict)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return high
 
 
 def _check_study(problems: int, n: int, k: int) -> None:

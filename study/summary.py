@@ -32,6 +32,7 @@ from passkt.eval.intervals import holm
 from passkt.eval.power import (
     required_problems,
     seed_level_power,
+    seeds_needed,
     smallest_change,
     smoothed_rates,
     true_pass_at_k,
@@ -292,7 +293,9 @@ def _room(spec: dict[str, Any]) -> list[tuple[int, float]]:
     return [(seed, 1.0 - float((run.correct[:, j] > 0).mean())) for seed, run in bases]
 
 
-def claim_sentence(data: StudyData, found: list[Verdict]) -> str | None:
+def claim_sentence(
+    data: StudyData, found: list[Verdict], realistic: RealisticPower | None = None
+) -> str | None:
     """The study's claim — RL widens the boundary on sequential retrieval (bridge, C) but not on
     math (A) — as one of three verdicts, whatever the data say:
 
@@ -356,6 +359,19 @@ def claim_sentence(data: StudyData, found: list[Verdict]) -> str | None:
                     f"base seed {s} leaves {r:.3f} of room above its bridge boundary, less than "
                     f"the {POWER_DELTA:+.2f} change the study is powered for"
                     for s, r in tight
+                )
+            )
+        if realistic is None:
+            realistic = _realistic_power(data, "C", data.categories["C"])
+        if realistic is not None:
+            reasons.append(
+                f"with the spread RL's bridge changes showed (sd {realistic.spread:.3f}) the "
+                f"test's realistic power for a {POWER_DELTA:+.2f} change is {realistic.gain:.2f} "
+                f"with {realistic.seeds} bases"
+                + (
+                    f", and {realistic.needed_gain} bases would reach 0.8"
+                    if realistic.needed_gain is not None
+                    else f", and {SEEDS_SEARCHED} bases would not reach 0.8"
                 )
             )
         status = "is inconclusive, because " + "; ".join(reasons)
@@ -541,7 +557,9 @@ def _complete_seeds(by_role: dict[str, dict[int, RunCounts]], kinds: Sequence[st
     return seeds
 
 
-def _power_line(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
+def _power_line(
+    data: StudyData, cat: str, spec: dict[str, Any], realistic: RealisticPower | None
+) -> str:
     """``passkt power``'s answer for each base, beside the P used (the CLI's own functions, on
     that base's counts at T_max: ``passkt power RUN --delta 0.04 --sims 400`` gives the same)."""
     bases = sorted(_replicates(spec["runs"])["base"].items())
@@ -594,8 +612,10 @@ def _power_line(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
             + " when every replicate changes by exactly that much (`passkt power` with the "
             f"{len(bases)} base runs); replicates whose changes differ lower it (S - 1 degrees "
             "of freedom for the between-replicate part), as the table's se eval / seed columns "
-            "show."
+            "show: that is an upper bound."
         )
+        if realistic is not None:
+            seed_level += " " + realistic.sentence()
     else:
         seed_level = (
             "The seed-level test adds the between-replicate variance (S - 1 degrees of freedom "
@@ -610,6 +630,69 @@ def _power_line(data: StudyData, cat: str, spec: dict[str, Any]) -> str:
         "lets a never-solved problem be solved in the simulation, which puts the simulated "
         "boundary above the observed one and leaves less room for a gain. " + seed_level + "\n"
     )
+
+
+@dataclass(frozen=True)
+class RealisticPower:
+    """The seed-level test's power for ±``POWER_DELTA`` at the boundary when the replicates'
+    true changes spread as RL's observed ones did (``passkt power ... --spread``)."""
+
+    spread: float
+    seeds: int
+    gain: float
+    loss: float
+    needed_gain: int | None
+    needed_loss: int | None
+
+    def sentence(self) -> str:
+        def needed(count: int | None) -> str:
+            return f"{count} bases" if count is not None else f"more than {SEEDS_SEARCHED} bases"
+
+        return (
+            f"With the spread RL's boundary changes showed between these replicates (sd "
+            f"{self.spread:.3f}), each replicate's true change drawn around the target, its "
+            f"power is {self.gain:.2f} for a {POWER_DELTA:+.2f} change and {self.loss:.2f} for "
+            f"a {-POWER_DELTA:+.2f} change with {self.seeds} bases (realistic); power 0.8 needs "
+            f"{needed(self.needed_gain)} for the gain and {needed(self.needed_loss)} for the "
+            "loss."
+        )
+
+
+SEEDS_SEARCHED = 12
+SEEDS_SIMS = 100
+"""Simulated studies per replicate count in the search for the bases power 0.8 needs (a planning
+number: ``passkt power ... --spread SD --seeds-for 0.8`` searches with more)."""
+
+
+def _realistic_power(data: StudyData, cat: str, spec: dict[str, Any]) -> RealisticPower | None:
+    """The realistic seed-level power at T_max's boundary, from RL's observed per-replicate
+    changes (``None`` without two or more RL replicates)."""
+    bases = sorted(_replicates(spec["runs"])["base"].items())
+    rl = seed_test(spec, "RL", None, max(spec["budgets"]), data.level)
+    if rl is None or rl.seeds < 2 or len(bases) < 1:
+        return None
+    j = len(spec["budgets"]) - 1
+    rates = [smoothed_rates(run.correct[:, j], run.n) for _, run in bases]
+    n = min(run.n for _, run in bases)
+    spread = float(np.std(rl.per_seed, ddof=1))
+    alpha = round(1 - data.level, 6)
+    study = dict(problems=len(spec["task_ids"]), n=n, k=n, level=alpha)
+    power = {
+        d: seed_level_power(
+            rates, delta=d, spread=spread, replicates=rl.seeds, sims=POWER_SIMS, **study
+        )
+        for d in (POWER_DELTA, -POWER_DELTA)
+    }
+    needed = {
+        d: seeds_needed(
+            rates, delta=d, spread=spread, most=SEEDS_SEARCHED, sims=SEEDS_SIMS, **study
+        )
+        for d in (POWER_DELTA, -POWER_DELTA)
+    }
+    return RealisticPower(
+        spread, rl.seeds, power[POWER_DELTA], power[-POWER_DELTA], needed[POWER_DELTA],
+        needed[-POWER_DELTA],
+    )  # fmt: skip
 
 
 def _targets_line(spec: dict[str, Any]) -> str:
@@ -742,7 +825,8 @@ def make_summary(data: StudyData, out: Path) -> Path:
         f"the evaluation (problem and sample) variance, at level {data.level}; {replicate}. "
         f"With fewer than {MIN_SEEDS} replicates it gives estimates and no verdict.\n",
     ]
-    claim = claim_sentence(data, found)
+    realistic = {cat: _realistic_power(data, cat, spec) for cat, spec in data.categories.items()}
+    claim = claim_sentence(data, found, realistic.get("C"))
     parts.append("## Verdicts\n")
     if claim:
         parts.append(f"- {claim}")
@@ -782,7 +866,7 @@ def make_summary(data: StudyData, out: Path) -> Path:
             )
         )
         parts.append(_targets_line(spec))
-        parts.append(_power_line(data, cat, spec))
+        parts.append(_power_line(data, cat, spec, realistic[cat]))
         parts.append(_overlap_line(spec))
         parts.append(f"### T explained (T_max = {t_max})\n")
         parts.append(_t_section(data, cat, spec))

@@ -45,3 +45,51 @@ def test_no_room_names_the_shown_value_and_each_suggestion_answers(near_top, del
         argv = [str(near_top), *flags] + ([] if "--delta" in flags else ["--delta", delta])
         answered = power(*argv)
         assert answered.returncode == 0, (argv, answered.stderr)
+
+
+@pytest.fixture(scope="module")
+def three_bases(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bases")
+    runs = []
+    for seed in range(3):
+        out = folder / f"base{seed}"
+        evaluate(
+            "BridgeQA-v0", "scripted:heuristic", n=8, budgets=(0, 2), limit=40, seed=seed,
+            out_dir=out, progress=False,
+        )  # fmt: skip
+        runs.append(str(out))
+    return runs
+
+
+def test_power_prints_the_upper_bound_and_the_realistic_power_and_says_which(three_bases):
+    done = power(
+        *three_bases, "--delta", "-0.3", "--spread", "0.1", "--replicates", "4",
+        "--seeds-for", "0.5",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    upper = float(done.stdout.split("exactly -0.3): power ")[1].split()[0])
+    realistic = float(
+        done.stdout.split("capped at the room its base leaves): power ")[1].split()[0]
+    )
+    assert "over 4 replicates (cycling through these 3 bases" in done.stdout
+    assert realistic < upper  # replicates whose changes differ widen the interval
+    assert "- replicates for power 0.5 (realistic): " in done.stdout
+    bare = power(*three_bases, "--delta", "-0.3")
+    assert "realistic: give --spread SD" in bare.stdout
+
+
+def test_a_spread_of_changes_lowers_the_seed_level_power():
+    import numpy as np
+
+    from passkt.eval.power import seed_level_power
+
+    rng = np.random.default_rng(0)
+    bases = [rng.beta(0.5, 0.5, size=300) for _ in range(3)]
+    study = dict(delta=-0.06, problems=200, n=8, k=8, sims=400)
+    exact = seed_level_power(bases, **study)
+    spread = seed_level_power(bases, spread=0.06, **study)
+    wide = seed_level_power(bases, spread=0.5, **study)
+    assert exact > spread > wide
+    assert wide < 0.25  # a spread far beyond the change: the test finds it rarely
+    more = seed_level_power(bases, spread=0.06, replicates=9, **study)
+    assert more > spread  # more replicates narrow the interval
