@@ -334,6 +334,17 @@ def engine_checks(config: TrainConfig, launch: Launch) -> list[Check]:
             )
         )
     kind = engine(config)
+    if kind == "hf" and isinstance(config, GRPOConfig) and launch.sharding != "ddp":
+        checks.append(
+            Check(
+                "rollout engine",
+                False,
+                f"the trained model samples under {launch.sharding}: TRL gathers the whole model "
+                "on every GPU for every rollout and decodes with transformers' loop (slow)",
+                "--rollout-engine vllm (a colocated engine per GPU)",
+                warning=True,
+            )
+        )
     if kind == "hf" or not isinstance(config, GRPOConfig):
         return checks
     tp = config.vllm_tensor_parallel_size
@@ -507,13 +518,16 @@ def memory_checks(config: TrainConfig, shape: ModelShape | None, launch: Launch)
     if gpu is None:
         checks.append(Check("memory per GPU", True, detail + "; GPU memory not given"))
         return checks
-    ok = usage.total <= gpu
+    # Typical episodes must fit; the worst (every turn at max_new_tokens) may never come, so a
+    # run that fits only typical episodes starts with a warning rather than being refused.
+    fits, fits_worst = usage.total_typical <= gpu, usage.total <= gpu
     checks.append(
         Check(
             "memory per GPU",
-            ok,
-            f"{detail} of {gpu:g} GB",
-            "" if ok else memory_fix(config, launch, usage),
+            fits_worst,
+            f"{detail} of {gpu:g} GB" + ("" if fits_worst or not fits else "; the worst may not"),
+            "" if fits_worst else memory_fix(config, launch, usage),
+            warning=fits and not fits_worst,
         )
     )
     return checks

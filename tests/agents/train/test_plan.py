@@ -203,3 +203,22 @@ def test_the_launch_comes_from_the_launchers_environment(capsys, monkeypatch):
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     code, out, _ = check(capsys, "grpo", "--backend", "trl", "--policy", QWEN)
     assert code == 0 and re.search(r"on 8 training process\(es\), backend trl, zero3", out)
+
+
+def test_memory_for_typical_episodes_must_fit_and_for_the_worst_is_a_warning():
+    config = GRPOConfig(
+        policy=QWEN, dtype="bfloat16", gradient_checkpointing=True, max_new_tokens=512
+    )
+    usage = memory(config, KNOWN_MODELS["Qwen/Qwen2.5-7B-Instruct"], Launch("trl", 8, "zero3", 80))
+    between = (usage.total_typical + usage.total) / 2
+    report = check_plan(config, Launch("trl", 8, "zero3", between))
+    (line,) = [c for c in report.checks if c.name == "memory per GPU"]
+    assert report.failure is None and line.warning and "the worst may not" in line.detail
+    short = check_plan(config, Launch("trl", 8, "zero3", usage.total_typical - 1))
+    assert short.failure is not None and short.failure.name == "memory per GPU"
+
+
+def test_the_trained_model_sampling_a_sharded_model_is_a_warning_naming_vllm():
+    report = check_plan(GRPOConfig(policy=QWEN), Launch("trl", 8, "zero3"))
+    (line,) = [c for c in report.checks if c.name == "rollout engine"]
+    assert line.warning and "--rollout-engine vllm" in line.fix and report.failure is None
