@@ -29,6 +29,7 @@ from typing import Any
 
 from passkt.agents.policy import SamplingParams
 from passkt.agents.train.config import GRPOConfig, SFTConfig
+from passkt.agents.train.plan import Launch, PlanError, check_plan
 from passkt.envs.contract import task_records
 from passkt.eval.estimator import default_ks
 from passkt.eval.evaluate import env_info, evaluate
@@ -409,6 +410,11 @@ def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, A
     from passkt.agents.train.checkpoint import latest_checkpoint  # start-up cost: torch, 1 s
 
     config = train_config(study, method, cat, seed)
+    backend = study.profile["train"]["backend"] if method == "grpo" else "passkt"
+    try:  # seconds: a run that cannot split or fit stops before its model loads
+        check_plan(config, Launch.from_environment(backend)).raise_on_failure()
+    except PlanError as e:
+        raise StudyError(f"{method}/{cat}/s{seed}: {e}") from e
     if method in ("sft", "rft"):  # rft: train_config set expert = "self"
         from passkt.agents.train.sft import train_sft as train  # start-up cost: torch, 1 s
     elif study.profile["train"]["backend"] == "trl":  # TRL's GRPOTrainer through the adapter

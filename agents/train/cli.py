@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import typing
 from pathlib import Path
@@ -207,31 +206,15 @@ def _check_env(config: TrainConfig) -> None:
 
 
 def launch_from(args: argparse.Namespace, backend: str) -> Launch:
-    """The launch the plan check assumes: flags, else what the launcher put in the environment
-    (``WORLD_SIZE``; accelerate's ``ACCELERATE_USE_DEEPSPEED`` / ``ACCELERATE_USE_FSDP``), else
-    one process with a full copy of the model."""
-    world = getattr(args, "world_size", None) or int(os.environ.get("WORLD_SIZE") or 1)
-    sharding = getattr(args, "sharding", None)
-    if sharding is None:
-        if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
-            sharding = "zero3"
-        elif os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
-            sharding = "fsdp"
-        else:
-            sharding = "ddp"
-    memory = getattr(args, "gpu_memory", None)
-    if memory is None and not getattr(args, "check", False):
-        memory = visible_gpu_memory()
-    return Launch(backend=backend, world_size=world, sharding=sharding, gpu_memory_gb=memory)
-
-
-def visible_gpu_memory() -> float | None:
-    """GB of this process's GPU (None without CUDA); only a training run asks (torch, 1 s)."""
-    import torch  # start-up cost: torch, 1 s (a training run loads it anyway)
-
-    if not torch.cuda.is_available():
-        return None
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 1e9
+    """The launch the plan check assumes: the flags, else what the launcher says
+    (``Launch.from_environment``); ``--check`` alone never probes a GPU."""
+    return Launch.from_environment(
+        backend,
+        world_size=getattr(args, "world_size", None),
+        sharding=getattr(args, "sharding", None),
+        gpu_memory_gb=getattr(args, "gpu_memory", None),
+        probe_gpu=not getattr(args, "check", False),
+    )
 
 
 def check_command(config: TrainConfig, args: argparse.Namespace, backend: str) -> PlanReport:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -132,11 +133,45 @@ class Launch:
     gpu_memory_gb: float | None = None
     """Memory of each GPU (None: memory is reported, not checked)."""
 
+    @classmethod
+    def from_environment(
+        cls,
+        backend: Backend,
+        *,
+        world_size: int | None = None,
+        sharding: Sharding | None = None,
+        gpu_memory_gb: float | None = None,
+        probe_gpu: bool = True,
+    ) -> Launch:
+        """The launch as the launcher set it up, for what the arguments leave open: torchrun's
+        and accelerate's ``WORLD_SIZE``, accelerate's ``ACCELERATE_USE_DEEPSPEED`` /
+        ``ACCELERATE_USE_FSDP``, and this process's GPU (with ``probe_gpu``; torch, 1 s)."""
+        world = world_size or int(os.environ.get("WORLD_SIZE") or 1)
+        if sharding is None:
+            if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+                sharding = "zero3"
+            elif os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+                sharding = "fsdp"
+            else:
+                sharding = "ddp"
+        if gpu_memory_gb is None and probe_gpu:
+            gpu_memory_gb = visible_gpu_memory()
+        return cls(backend, world, sharding, gpu_memory_gb)
+
     def __post_init__(self) -> None:
         if self.world_size < 1:
             raise PlanError(f"world size must be >= 1, got {self.world_size}")
         if self.gpu_memory_gb is not None and self.gpu_memory_gb <= 0:
             raise PlanError(f"GPU memory must be > 0 GB, got {self.gpu_memory_gb}")
+
+
+def visible_gpu_memory() -> float | None:
+    """GB of this process's GPU (None without CUDA)."""
+    import torch  # start-up cost: torch, 1 s (a training run loads it anyway)
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 1e9
 
 
 @dataclass(frozen=True)

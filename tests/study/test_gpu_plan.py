@@ -67,3 +67,19 @@ def test_the_profiles_trl_options_become_the_rollout_engine(overrides, engine, t
     (grpo,) = [r for r in profile_routes(profile, 8) if r.method == "grpo"]
     assert grpo.fields.get("rollout_engine", "hf") == engine and grpo.train_gpus == train_gpus
     assert grpo.sharding == "zero3" and re.match(r"grpo, trl", grpo.name)
+
+
+def test_a_study_training_run_that_cannot_split_stops_before_its_model_loads(monkeypatch):
+    """``study run``'s training stage makes the same check first, with the launcher's world."""
+    import types
+
+    from passkt.agents.train.config import GRPOConfig
+    from passkt.study import stages
+    from passkt.study.profile import StudyError
+
+    profile = resolve("paper")
+    config = GRPOConfig(policy="hf:Qwen/Qwen2.5-7B-Instruct", tasks_per_step=16, group_size=8)
+    monkeypatch.setattr(stages, "train_config", lambda *args: config)
+    monkeypatch.setenv("WORLD_SIZE", "7")
+    with pytest.raises(StudyError, match=r"^grpo/C/s0: batch split: .*fix: tasks_per_step = 14"):
+        stages.make_training(types.SimpleNamespace(profile=profile), "grpo", "C", 0)
