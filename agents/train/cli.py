@@ -19,9 +19,11 @@ from typing import Any, Literal
 
 from passkt.agents.preflight import check_resume
 from passkt.agents.specs import parse_env_kwargs
+from passkt.agents.train import versions
 from passkt.agents.train.config import GRPOConfig, SFTConfig, TrainConfig, field_docs, plain
 from passkt.agents.train.plan import Launch, PlanReport, check_plan
 from passkt.envs.contract import import_modules, inspect_env
+from passkt.envs.errors import MissingDependencyError
 
 _RENAMED = {"env_id": "--env", "output_dir": "--out", "imports": "--import"}
 """Fields whose flag is named like ``passkt eval``'s rather than after the field."""
@@ -240,6 +242,8 @@ def run_command(args: argparse.Namespace) -> int:
     check_command(config, args, backend)  # seconds, before the env and the model
     if getattr(args, "check", False):
         return 0
+    if getattr(config, "rollout_engine", "hf") != "hf" and versions.installed_vllm() is None:
+        raise MissingDependencyError("vllm", "vllm")  # TRL would say so only after loading
     resume = bool(getattr(args, "resume", False))
     if resume:  # before the env and the model; the library's resume=True may also start a run
         from passkt.agents.train.loop import holds_training_run  # start-up cost: torch, 1 s

@@ -222,3 +222,18 @@ def test_the_trained_model_sampling_a_sharded_model_is_a_warning_naming_vllm():
     report = check_plan(GRPOConfig(policy=QWEN), Launch("trl", 8, "zero3"))
     (line,) = [c for c in report.checks if c.name == "rollout engine"]
     assert line.warning and "--rollout-engine vllm" in line.fix and report.failure is None
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm-server"])
+def test_a_vllm_engine_without_vllm_is_one_line_naming_the_extra(
+    engine, tmp_path, capsys, monkeypatch
+):
+    from passkt.agents.train import versions
+
+    monkeypatch.setattr(versions, "installed_vllm", lambda: None)
+    out = tmp_path / "run"
+    argv = ["train", "grpo", "--backend", "trl", "--policy", "hf:m", "--rollout-engine", engine]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--out", str(out)])
+    line = one_line_error(exit_info.value.code, capsys.readouterr().err)
+    assert "pip install 'passkt[vllm]'" in line and not out.exists()

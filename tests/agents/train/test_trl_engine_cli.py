@@ -19,6 +19,7 @@ import pytest
 pytest.importorskip("trl", reason="the TRL route needs the trl extra")
 pytest.importorskip("datasets", reason="the TRL route needs the trl extra")
 
+from passkt.agents.train import versions
 from passkt.agents.train.trl_vllm import SYNC_PATHS
 from passkt.cli import main
 
@@ -44,6 +45,7 @@ def command(model: Path, out: Path, monkeypatch: Any, *engine: str) -> Any:
         return types.SimpleNamespace(checkpoint=None)
 
     monkeypatch.setattr(adapter, "train_grpo_trl", build_only)
+    monkeypatch.setattr(versions, "installed_vllm", lambda: versions.PINNED_VLLM)
     argv = ["train", "grpo", "--backend", "trl", "--policy", f"hf:{model}", "--env",
             "BridgeQA-v0", "--env-kwargs", "source=people", "--t-train", "2", "--group-size",
             "2", "--tasks-per-step", "2", "--micro-batch-size", "2", "--max-new-tokens", "8",
