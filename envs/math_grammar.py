@@ -37,9 +37,11 @@ number written right after any operand (``5 0``, ``\\frac{1}{4} 2``, ``x 2``, ``
 TeX reads as ``\\sqrt{1}3``), or a numeric fraction or bracket after one (``3\\frac{1}{2}``, a
 mixed number or a product? ``5 (0)``), is refused; so are words inside mathematics (a
 ``\\text{}`` that is neither the whole answer nor a unit at its end) and characters that are
-neither LaTeX nor ASCII. The value comparison (``passkt.envs.math_value``) adds what needs the
-parsed value: the answer must be of the gold's kind, use no variable the gold does not, and be
-an equation only where the gold is one or as an assignment ``x = ...``.
+neither LaTeX nor ASCII, an approximation or an ellipsis (``\\approx``, ``\\ldots``), and a
+numeral with a subscript that is not a number (``5_{x}``). The value comparison
+(``passkt.envs.math_value``) adds what needs the parsed value: the answer must be of the gold's
+kind, use no variable the gold does not, and be an equation only where the gold is one or as an
+assignment ``x = ...``.
 """
 
 from __future__ import annotations
@@ -230,9 +232,11 @@ _OPERATOR_COMMANDS = _word_set(
     """
     cdot times div pm mp le leq ge geq ne neq lt gt approx cup cap setminus in notin to
     rightarrow leftarrow Rightarrow implies iff subset subseteq supset supseteq mid colon land
-    lor wedge vee equiv ldots cdots dots vert lvert rvert Vert mod bmod circ prime
+    lor wedge vee equiv vert lvert rvert Vert mod bmod circ prime
     """
 ) | {"\\", "|", ",", ";", ":", "!", " "}
+_NOT_ONE_VALUE = _word_set("approx sim simeq cong propto ldots cdots dots")
+"""An approximation or an ellipsis: ``5 \\approx 5.0``, ``3.14\\ldots`` is not one value."""
 _FUNCTIONS = _word_set(
     """
     sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh log ln lg exp max min gcd lcm
@@ -288,6 +292,8 @@ class _Scanner:
             self.pos += 1
             return True
         command = _COMMAND.match(text, pos)
+        if command and command.group(1) in _NOT_ONE_VALUE:
+            raise _NotOne(f"an approximation or an ellipsis ({command.group()})")
         if command and command.group(1) in _OPERATOR_COMMANDS and text[pos : pos + 2] != "\\\\":
             self.pos = command.end()
             return True
@@ -305,8 +311,10 @@ class _Scanner:
                 self.pos += 1
                 continue
             if self.pos < len(self.text) and self.text[self.pos] in "^_":
+                subscript = self.text[self.pos] == "_"
                 self.pos += 1
-                self._argument()
+                if not self._argument() and subscript and numeric:
+                    raise _NotOne("a number with a subscript that is not a base")
                 continue
             return numeric
 
