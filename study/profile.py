@@ -45,6 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "seeds": [0],
     "limit_eval": 100,
     "limit_train": 200,
+    "fact_disjoint": False,
     "methods": ["sft", "grpo"],
     "targets": {},
     "lr_trials": [],
@@ -70,7 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "grpo": {},
     "rft": {},
     "train": {"backend": "passkt", "trl": {}},
-    "stats": {"n_boot": 1000, "level": 0.95},
+    "stats": {"n_boot": 1000, "level": 0.95, "margin": 0.0},
     "analyze": {
         "perplexity_of": ["RL"],
         "perplexity_limit": 0,
@@ -209,6 +210,11 @@ def check(profile: Mapping[str, Any], where: str) -> None:
         raise StudyError(f"{where}: {e}") from e
     _positive_int(profile["limit_eval"], "limit_eval", where)
     _positive_int(profile["limit_train"], "limit_train", where)
+    if not isinstance(profile["fact_disjoint"], bool):
+        raise StudyError(f"{where}: fact_disjoint must be true or false")
+    margin = profile["stats"]["margin"]
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 1:
+        raise StudyError(f"{where}: stats.margin must be a number in [0, 1) (0: none)")
     categories = profile["categories"]
     if not categories or len(set(categories)) != len(categories):
         raise StudyError(f"{where}: categories must be a non-empty list without repeats")

@@ -33,9 +33,10 @@ from passkt.study.counts import (
     read_data,
     write_data,
 )
+from passkt.study.facts import overlap
 from passkt.study.stages import ROLES, STAGES, Study, floor_names, read_done, run_name
 from passkt.study.summary import SUMMARY_FILE, make_summary
-from passkt.study.testbed.corpus import episode_entities, task_entities
+from passkt.study.testbed.corpus import episode_tasks
 from passkt.study.testbed.pretrain import PretrainConfig
 
 
@@ -103,31 +104,29 @@ def study_data(study: Study, *, finished_only: bool = False) -> StudyData:
         float(study.profile["stats"]["level"]),
         categories,
         read_timings(study.out),
-        study.profile["stats"].get("margin"),
+        study.profile["stats"].get("margin") or None,
     )
 
 
 def _overlap(study: Study, cat: str) -> dict[str, dict[str, float]] | None:
-    """Per split, the share of problems naming (in the question, or anywhere in the answer's
-    chain) an entity the base's pretraining episodes asked about; None for a base given as a
-    model (its pretraining is not known)."""
-    pretrain = study.profile["base"].get("pretrain")
-    if pretrain is None:
-        return None
-    config = PretrainConfig.from_dict({**pretrain, "output_dir": "base"}).corpus_config()
-    seen = episode_entities(config)
+    """How much the evaluation problems share with what the policies saw, at every level of
+    ``passkt.study.facts.overlap`` (question entity, chain entity, asked fact, answer): with the
+    fine-tuning problems (``eval_train``) and, per split, with the base's pretraining episodes
+    (``eval``, ``train``; None for a base given as a model, whose pretraining is not known)."""
     env_id, kwargs = study.env(cat)
-    out = {}
+    parts = {}
     for part, split in (("eval", "test"), ("train", "train")):
         by_id = {t.task_id: t for t in env_info(env_id, kwargs, split).tasks}
-        tasks = [by_id[i] for i in study.task_ids(cat, part) if i in by_id]
-        if not tasks:
-            return None
-        named = [{e for e in task_entities(t) if e in t.question} for t in tasks]
-        out[part] = {
-            "question": sum(bool(n & seen) for n in named) / len(tasks),
-            "chain": sum(bool(task_entities(t) & seen) for t in tasks) / len(tasks),
-        }
+        parts[part] = [by_id[i] for i in study.task_ids(cat, part) if i in by_id]
+    if not parts["eval"] or not parts["train"]:
+        return None
+    out = {"eval_train": overlap(parts["eval"], parts["train"])}
+    pretrain = study.profile["base"].get("pretrain")
+    if pretrain is not None:
+        config = PretrainConfig.from_dict({**pretrain, "output_dir": "base"}).corpus_config()
+        practised = episode_tasks(config)
+        for part, tasks in parts.items():
+            out[part] = overlap(tasks, practised)
     return out
 
 

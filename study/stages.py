@@ -33,6 +33,7 @@ from passkt.agents.train.plan import Launch, PlanError, check_plan
 from passkt.envs.contract import task_records
 from passkt.eval.estimator import default_ks
 from passkt.eval.evaluate import env_info, evaluate
+from passkt.study.facts import asked_facts
 from passkt.study.profile import StudyError, trainer_fields
 from passkt.study.testbed.pretrain import PretrainConfig, pretrain
 
@@ -243,22 +244,31 @@ def make_splits(study: Study, cat: str) -> dict[str, Any]:
     """The first ``limit_eval`` test and ``limit_train`` train tasks of the category's env."""
 
     env_id, kwargs = study.env(cat)
-    parts = {"eval": ("test", study.profile["limit_eval"]), "train": ("train", None)}
+    fact_disjoint = bool(study.profile.get("fact_disjoint"))
+    parts = {"eval": ("test", study.profile["limit_eval"])}
     parts["train"] = ("train", study.profile["limit_train"])
+    if fact_disjoint:  # the fine-tuning problems first: the evaluation problems avoid their facts
+        parts = {"train": parts["train"], "eval": parts["eval"]}
     chosen, tools = {}, True
     for part, (split, limit) in parts.items():
         try:
             info = env_info(env_id, kwargs, split)
         except ValueError as e:
             raise StudyError(f"category {cat} ({env_id}, {kwargs}): {e}") from e
-        tasks = task_records(info.contract, split, limit) if info.contract else list(info.tasks)
+        wanted = None if (fact_disjoint and part == "eval") else limit
+        tasks = task_records(info.contract, split, wanted) if info.contract else list(info.tasks)
+        if fact_disjoint and part == "eval":
+            # no evaluation problem may ask a fact that a fine-tuning problem asks
+            asked = set().union(*(asked_facts(t) for t in chosen["train"]))
+            tasks = [t for t in tasks if not asked_facts(t) & asked]
         if len(tasks) < limit:
             raise StudyError(
                 f"category {cat}: the {split} split of {env_id} ({kwargs}) has {len(tasks)} "
-                f"tasks, fewer than limit_{part} = {limit}; lower it (--limit-{part}) or give a "
-                "larger data file"
+                f"tasks{' that ask no fine-tuning fact' if wanted is None else ''}, fewer than "
+                f"limit_{part} = {limit}; lower it (--limit-{part}) or give a larger data file"
+                + (" (or more tasks: env kwargs source_options)" if wanted is None else "")
             )
-        chosen[part], tools = tasks[:limit], info.has_tools
+        chosen[part], tools = list(tasks[:limit]), info.has_tools
     _check_disjoint(cat, chosen["eval"], chosen["train"])
     folder = study.splits_dir(cat)
     folder.mkdir(parents=True, exist_ok=True)
@@ -270,6 +280,7 @@ def make_splits(study: Study, cat: str) -> dict[str, Any]:
         "has_tools": tools,
         "eval": len(chosen["eval"]),
         "train": len(chosen["train"]),
+        **({"fact_disjoint": True} if fact_disjoint else {}),
     }
 
 

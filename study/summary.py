@@ -727,21 +727,46 @@ def _targets_line(spec: dict[str, Any]) -> str:
 
 
 def _overlap_line(spec: dict[str, Any]) -> str:
-    """How many problems of each split name entities the base practised on in pretraining."""
+    """What the evaluation problems share with the fine-tuning problems and with the base's
+    pretraining episodes, at every level measured (``passkt.study.facts``)."""
     overlap = spec.get("overlap")
     if not overlap:
         return ""
-    parts = [
-        f"{name} problems {100 * overlap[part]['question']:.1f}% (any entity of the answer's "
-        f"chain: {100 * overlap[part]['chain']:.1f}%)"
-        for part, name in (("eval", "evaluation"), ("train", "training"))
+    names = {
+        "question": "question entity",
+        "chain": "any chain entity",
+        "fact": "asked fact",
+        "answer": "answer string",
+    }
+
+    def levels(shares: dict[str, float]) -> str:
+        return ", ".join(f"{names[k]} {100 * shares[k]:.1f}%" for k in names if k in shares)
+
+    lines = []
+    if "eval_train" in overlap:
+        lines.append(
+            "Evaluation problems sharing with the fine-tuning problems: "
+            + levels(overlap["eval_train"])
+            + ("" if overlap["eval_train"].get("fact") else " (fact-disjoint splits)")
+            + "."
+        )
+    else:
+        lines.append(
+            "Evaluation against fine-tuning problems: not measured in this study's data (its "
+            "questions are disjoint; shared facts were not checked)."
+        )
+    pretraining = [
+        f"{label} problems {levels(overlap[part])}"
+        for part, label in (("eval", "evaluation"), ("train", "training"))
+        if part in overlap
     ]
-    return (
-        "Entities the base's pretraining episodes asked about, named in the question: "
-        + "; ".join(parts)
-        + ". The world's paragraphs are all in the pretraining text, so every entity occurs "
-        "there; the episodes are where the base practised questions about them.\n"
-    )
+    if pretraining:
+        lines.append(
+            "Against the base's pretraining episodes: " + "; ".join(pretraining) + ". The "
+            "world's paragraphs are all in the pretraining text, so every entity occurs there; "
+            "the episodes are where the base practised questions about them."
+        )
+    return " ".join(lines) + "\n"
 
 
 def _figure(data: StudyData, cat: str, spec: dict[str, Any], path: Path) -> Path:

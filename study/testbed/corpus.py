@@ -362,6 +362,16 @@ def task_entities(task: Task) -> set[str]:
     return names
 
 
+def episode_tasks(config: CorpusConfig) -> list[Task]:
+    """The tasks the corpus's agent episodes practise (every category)."""
+    return [
+        task
+        for category in CATEGORY_ENVS
+        for _, _, picked in _episode_cells(category, config)
+        for task in picked
+    ]
+
+
 def episode_entities(config: CorpusConfig) -> set[str]:
     """Every entity that the corpus's agent episodes ask about (every category): a problem that
     names one of them was practised, in other questions, during pretraining."""
