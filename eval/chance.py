@@ -29,9 +29,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from passkt.eval.boundary import boundary_size_interval
+from passkt.eval.evaluate import env_info
 from passkt.eval.intervals import score_interval
 from passkt.eval.outcomes import OutcomeTable, Record, freeze_arrays
 
@@ -59,10 +61,6 @@ def answer_set_sizes(
     (no policy runs). An env without a task list, or one that cannot be made here (a data file
     that moved), declares nothing: the report then has no chance floor, and says why in the log.
     """
-    import gymnasium as gym  # optional: gymnasium (the envs' own dependency)
-
-    from passkt.eval.evaluate import env_info
-
     try:
         info = env_info(env_id, env_kwargs, split)
         if info.contract is None or info.contract.task_ids is None:
