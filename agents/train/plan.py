@@ -105,17 +105,20 @@ def model_shape(policy: str) -> ModelShape | None:
     config = Path(path) / "config.json"
     if not config.is_file():
         return None
-    data = json.loads(config.read_text(encoding="utf-8"))
-    heads = data["num_attention_heads"]
-    return ModelShape(
-        layers=data["num_hidden_layers"],
-        hidden=data["hidden_size"],
-        intermediate=data["intermediate_size"],
-        heads=heads,
-        kv_heads=data.get("num_key_value_heads") or heads,
-        vocab=data["vocab_size"],
-        tied=bool(data.get("tie_word_embeddings", False)),
-    )
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+        heads = int(data["num_attention_heads"])
+        return ModelShape(
+            layers=int(data["num_hidden_layers"]),
+            hidden=int(data["hidden_size"]),
+            intermediate=int(data["intermediate_size"]),
+            heads=heads,
+            kv_heads=int(data.get("num_key_value_heads") or heads),
+            vocab=int(data["vocab_size"]),
+            tied=bool(data.get("tie_word_embeddings", False)),
+        )
+    except (OSError, ValueError, KeyError, TypeError):  # another architecture's names: unknown
+        return None
 
 
 # --------------------------------------------------------------------------- the launch
