@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,9 +146,15 @@ def sample_next(logits: Any, params: SamplingParams, generator: Any) -> tuple[An
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-def chat_prompt_ids(tokenizer: Any, conversation: Conversation, owner: str = "") -> list[int]:
+def chat_prompt_ids(
+    tokenizer: Any,
+    conversation: Conversation,
+    owner: str = "",
+    tools: Sequence[Mapping[str, Any]] = (),
+) -> list[int]:
     """Token ids of ``conversation`` under ``tokenizer``'s chat template, ending in the assistant
     header (``add_generation_prompt=True``), exactly as ``apply_chat_template(tokenize=True)``.
+    ``tools`` (the tool format's JSON schemas) are rendered by the template, as it was trained.
 
     Raises:
         ValueError: If the tokenizer has no chat template.
@@ -159,7 +165,10 @@ def chat_prompt_ids(tokenizer: Any, conversation: Conversation, owner: str = "")
             "chat_template='...' to the policy, or use generate_ids with templated ids"
         )
     text = tokenizer.apply_chat_template(
-        list(conversation), add_generation_prompt=True, tokenize=False
+        list(conversation),
+        tools=[dict(tool) for tool in tools] or None,
+        add_generation_prompt=True,
+        tokenize=False,
     )
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -261,13 +270,16 @@ class HFPolicy:
         """The device of the model's parameters."""
         return next(self.model.parameters()).device
 
-    def encode_chat(self, conversation: Conversation) -> list[int]:
-        """Token ids of ``conversation`` under the chat template, ending in the assistant header.
+    def encode_chat(
+        self, conversation: Conversation, tools: Sequence[Mapping[str, Any]] = ()
+    ) -> list[int]:
+        """Token ids of ``conversation`` (and ``tools``) under the chat template, ending in the
+        assistant header.
 
         Raises:
             ValueError: If the tokenizer has no chat template.
         """
-        return chat_prompt_ids(self.tokenizer, conversation, owner=self.spec)
+        return chat_prompt_ids(self.tokenizer, conversation, owner=self.spec, tools=tools)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Exact text of ``ids`` (special tokens kept, no clean-up of spaces)."""
@@ -279,7 +291,7 @@ class HFPolicy:
         self, conversations: Sequence[Conversation], params: SamplingParams
     ) -> list[Completion]:
         """Sample ``params.n`` assistant turns per conversation (conversation-major)."""
-        return self.generate_ids([self.encode_chat(c) for c in conversations], params)
+        return self.generate_ids([self.encode_chat(c, params.tools) for c in conversations], params)
 
     def generate_ids(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams

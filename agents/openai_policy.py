@@ -10,6 +10,12 @@ which one matched (vLLM and SGLang report ``stop_reason``); when the server does
 stop string of the form ``</tag>`` is put back if the reply ends with ``<tag>`` left open. A reply
 ended by an end-of-sequence token gets nothing appended.
 
+Tool calls (an env in the tool format, ``SamplingParams.tools``): the tools go out as ``tools``,
+and the first of a reply's ``tool_calls`` comes back as the text
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (``passkt.envs.tool_calls``), which
+the env parses like any turn; the conversation's past calls and the env's replies go out as
+``tool_calls`` and ``tool`` messages. No stop strings are sent then: a call ends the reply.
+
 Token ids are not part of the chat API, so completions carry empty ``token_ids`` unless the server
 returns them (vLLM does with ``return_tokens_as_token_ids``; ask for it with
 ``OpenAIPolicy(..., token_ids=True)``). Per-token logprobs are returned when the server gives them.
@@ -17,6 +23,7 @@ returns them (vLLM does with ``return_tokens_as_token_ids``; ask for it with
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -29,6 +36,7 @@ from passkt.agents.policy import Completion, Conversation, SamplingParams
 from passkt.agents.redact import redact
 from passkt.agents.vllm_policy import request_seeds
 from passkt.envs.errors import MissingDependencyError, PassktError
+from passkt.envs.tool_calls import render_tool_call, tool_calls_in
 
 logger = logging.getLogger(__name__)
 
@@ -98,12 +106,88 @@ def restore_stop(
     return text
 
 
+def call_text(message: Any) -> str:
+    """The text of a reply with ``tool_calls``: its content (the model's words before the call,
+    if any) and its first call as the tool format writes it. Arguments that are not JSON stay as
+    they came, for the env to refuse as it refuses a malformed tag."""
+    content = _field(message, "content")[1] or ""
+    function = _field(_field(message, "tool_calls")[1][0], "function")[1]
+    name = _field(function, "name")[1]
+    arguments = _field(function, "arguments")[1]
+    call = render_tool_call(str(name), arguments if isinstance(arguments, (str, Mapping)) else "")
+    return f"{content.strip()}\n{call}" if content.strip() else call
+
+
+def openai_messages(conversation: Conversation) -> list[dict[str, Any]]:
+    """A conversation of the tool format as the OpenAI API takes it.
+
+    An assistant turn whose text holds a call (a JSON object with a name) becomes a message with
+    ``tool_calls`` (its other text as content), and the ``tool`` message after it answers that
+    call by id. An env reply to a turn without such a call goes as a ``user`` message, since the
+    API takes tool replies only to calls.
+    """
+    out: list[dict[str, Any]] = []
+    call_id = None
+    for index, message in enumerate(conversation):
+        role, text = message["role"], message["content"]
+        if role == "tool":
+            if call_id is None:
+                out.append({"role": "user", "content": text})
+            else:
+                out.append({"role": "tool", "tool_call_id": call_id, "content": text})
+            call_id = None
+            continue
+        call = _first_call(text) if role == "assistant" else None
+        if call is None:
+            out.append(dict(message))
+            continue
+        call_id = f"call_{index}"
+        name, arguments = call
+        content = _without_calls(text)
+        out.append(
+            {
+                "role": "assistant",
+                "content": content or None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(arguments)},
+                    }
+                ],
+            }
+        )
+    return out
+
+
+def _first_call(text: str) -> tuple[str, Any] | None:
+    """``(name, arguments)`` of the first call in ``text`` that is a JSON object with a name."""
+    calls = tool_calls_in(text)
+    if not calls:
+        return None
+    try:
+        call = json.loads(calls[0])
+    except ValueError:
+        return None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None
+    return call["name"], call.get("arguments", {})
+
+
+def _without_calls(text: str) -> str:
+    """``text`` without its ``<tool_call>`` blocks, stripped."""
+    return re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.DOTALL).strip()
+
+
 def completion_from_choice(choice: Any, stops: Sequence[str]) -> Completion:
     """Convert one chat-completion choice (dict or openai model) into a ``Completion``."""
     message = _field(choice, "message")[1]
     text = _field(message, "content")[1] or ""
     finish_reason = _field(choice, "finish_reason")[1]
-    text = restore_stop(text, finish_reason, _field(choice, "stop_reason"), stops)
+    if _field(message, "tool_calls")[1]:
+        text = call_text(message)
+    else:
+        text = restore_stop(text, finish_reason, _field(choice, "stop_reason"), stops)
     entries = _field(_field(choice, "logprobs")[1] or {}, "content")[1] or []
     logprobs = tuple(float(_field(e, "logprob")[1]) for e in entries)
     tokens = [_TOKEN_ID.match(str(_field(e, "token")[1])) for e in entries]
@@ -232,13 +316,17 @@ class OpenAIPolicy:
     ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": self.model,
-            "messages": [dict(m) for m in conversation],
+            "messages": (
+                openai_messages(conversation) if params.tools else [dict(m) for m in conversation]
+            ),
             "n": n,
             "temperature": params.temperature,
             "top_p": params.top_p,
             "max_tokens": params.max_new_tokens,
         }
-        if params.stop:
+        if params.tools:
+            kwargs["tools"] = [dict(tool) for tool in params.tools]
+        elif params.stop:
             kwargs["stop"] = list(params.stop)
         if seed is not None:
             kwargs["seed"] = seed

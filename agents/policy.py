@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 Message = dict[str, str]
-"""A chat message: ``{"role": "system" | "user" | "assistant", "content": "..."}``."""
+"""A chat message: ``{"role": "system" | "user" | "assistant" | "tool", "content": "..."}``. In
+the tool format (``passkt.envs.tool_calls``) an assistant turn's call is part of its text and the
+env's reply is a ``tool`` message."""
 
 Conversation = list[Message]
 
@@ -48,6 +50,10 @@ class SamplingParams:
     evaluator's results do not depend on how it batches episodes; such a policy says so with a
     class attribute ``seeds_each_row = True``. Without ``seeds``, ``HFPolicy`` samples a call
     from one generator seeded with ``seed``."""
+    tools: tuple[dict[str, Any], ...] = ()
+    """The env's tools (``AgentInterface.tools``, JSON schemas): a chat template renders them
+    (``tools=``), an OpenAI server gets them as ``tools``, and a turn's action is a tool call
+    written as ``<tool_call>{...}</tool_call>`` (``passkt.envs.tool_calls``). Empty: text tags."""
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0 or self.temperature == float("inf"):  # also refuses NaN

@@ -162,13 +162,19 @@ class RolloutResult:
 class ChatTokens:
     """Token ids of chat-templated prompts and of observation turns, for one tokenizer."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(
+        self, tokenizer: Any, tools: Sequence[Mapping[str, Any]] = (), role: str = "user"
+    ) -> None:
+        """``tools``: rendered into every prompt (the tool format); ``role``: the role of the
+        messages that carry observations (``AgentInterface.observation_role``)."""
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError(
                 f"Tokenizer {type(tokenizer).__name__} has no chat template; set "
                 "tokenizer.chat_template (or pass chat_template= to HFPolicy)."
             )
         self.tokenizer = tokenizer
+        self.tools = [dict(tool) for tool in tools] or None
+        self.role = role
         self._suffix_cache: dict[str, list[int]] = {}
         self._prompt_cache: dict[tuple[tuple[str, str], ...], list[int]] = {}
 
@@ -185,7 +191,7 @@ class ChatTokens:
         cached = self._prompt_cache.get(key)
         if cached is None:
             text = self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
+                messages, tools=self.tools, tokenize=False, add_generation_prompt=True
             )
             cached = self.encode(text)
             if len(self._prompt_cache) < 4096:
@@ -205,10 +211,10 @@ class ChatTokens:
             {"role": "system", "content": "s"},
             {"role": "user", "content": "u"},
             {"role": "assistant", "content": _SENTINEL},
-            {"role": "user", "content": observation},
+            {"role": self.role, "content": observation},
         ]
         text = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
+            messages, tools=self.tools, tokenize=False, add_generation_prompt=True
         )
         cut = text.find(_SENTINEL)
         if cut < 0:
@@ -239,9 +245,12 @@ class _Live:
 
 def protocol_params(params: SamplingParams, protocol: AgentInterface) -> SamplingParams:
     """The sampling parameters an agent receives under ``protocol``: its stop strings unless
-    ``params.stop`` was set to others, and ``max_new_tokens`` capped at its ``max_turn_tokens``."""
+    ``params.stop`` was set to others, its tools, and ``max_new_tokens`` capped at its
+    ``max_turn_tokens``."""
     if params.stop == DEFAULT_STOP:
         params = replace(params, stop=protocol.stop)
+    if protocol.tools and not params.tools:
+        params = replace(params, tools=tuple(dict(tool) for tool in protocol.tools))
     if protocol.max_turn_tokens is not None and params.max_new_tokens > protocol.max_turn_tokens:
         params = replace(params, max_new_tokens=protocol.max_turn_tokens)
     return params
@@ -422,11 +431,10 @@ def _run(
     share_prefix = resolve_share_prefix(share_prefix, runner.contract.reveal_budget)
 
     token_policy = isinstance(policy, TokenPolicy)
-    chat = (
-        ChatTokens(policy.tokenizer if token_policy else tokenizer)
-        if (token_policy or tokenizer is not None)
-        else None
-    )
+    chat = None
+    if token_policy or tokenizer is not None:
+        own = policy.tokenizer if token_policy else tokenizer  # type: ignore[attr-defined]
+        chat = ChatTokens(own, protocol.tools, protocol.observation_role)
 
     main_budgets = [budgets[-1]] if share_prefix else budgets
     fork_at = set(budgets[:-1]) if share_prefix else set()
@@ -624,7 +632,8 @@ def _fork(
         content = stream[: len(stream) - len(item.stream_tail)] + branch.stream_tail
         episode.messages = [*main.messages[:-1], {"role": "assistant", "content": content}]
     else:
-        episode.messages = [*main.messages[:-1], {"role": "user", "content": observation}]
+        role = protocol.observation_role
+        episode.messages = [*main.messages[:-1], {"role": role, "content": observation}]
         if chat is not None:
             branch.pending_ids = chat.observation_ids(observation)
     if episode.messages == main.messages and branch.pending_ids == item.pending_ids:
@@ -741,7 +750,7 @@ def _record_step(
         last = episode.messages[-1]
         episode.messages[-1] = {"role": "assistant", "content": last["content"] + item.stream_tail}
     else:
-        episode.messages.append({"role": "user", "content": observation})
+        episode.messages.append({"role": runner.protocol.observation_role, "content": observation})
         if chat is not None:
             item.pending_ids = chat.observation_ids(observation)
 

@@ -1,8 +1,9 @@
 """Scripted policies: an oracle that follows the gold chain, and a model-free heuristic agent.
 
-Both speak the same protocol as a model (``<search>``/``<answer>`` tags) and read only the
-conversation, so they run through the rollout engine, the evaluator and the SFT data builder like
-any other ``Policy``.
+Both speak the same protocol as a model (``<search>``/``<answer>`` tags, or tool calls when the
+env publishes tools: ``SamplingParams.tools``) and read only the conversation, so they run through
+the rollout engine, the evaluator and the SFT data builder like any other ``Policy``. Their choices
+do not depend on the format, so their PASS@(k,T) surfaces are the same under both.
 
 - ``OraclePolicy`` knows each task's gold queries and answer. It searches the gold chain in order
   and answers once it has read every gold paragraph; if the budget runs out first it admits it does
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from passkt.agents.policy import Completion, Conversation, SamplingParams
+from passkt.envs import tool_calls
 from passkt.envs.protocol import FINAL_NOTICE, SYSTEM_PROMPTS
 from passkt.envs.tasks import Task
 
@@ -38,8 +40,16 @@ _YES_NO_START = ("is ", "are ", "was ", "were ", "do ", "does ", "did ", "can ",
 
 
 def budget_exhausted(observation: str) -> bool:
-    """Whether an observation carries the env's final notice (no tool calls left)."""
-    return FINAL_NOTICE in observation
+    """Whether an observation carries the env's final notice (no tool calls left), in either
+    format."""
+    return FINAL_NOTICE in observation or tool_calls.FINAL_NOTICE in observation
+
+
+def write_action(kind: str, content: str, tools: bool) -> str:
+    """``<kind>content</kind>``, or in the tool format the call of the tool ``kind``."""
+    if tools:
+        return tool_calls.render_tool_call(kind, {tool_calls.TOOL_ARGUMENTS[kind]: content})
+    return f"<{kind}>{content}</{kind}>"
 
 
 def _question(conversation: Conversation) -> str:
@@ -53,8 +63,12 @@ def _calls_made(conversation: Conversation) -> int:
     return sum(message["role"] == "assistant" for message in conversation)
 
 
+_OBSERVED = ("user", "tool")
+"""Roles of the messages that carry observations (``tool`` in the tool format)."""
+
+
 def _last_observation(conversation: Conversation) -> str:
-    return conversation[-1]["content"] if conversation[-1]["role"] == "user" else ""
+    return conversation[-1]["content"] if conversation[-1]["role"] in _OBSERVED else ""
 
 
 class OraclePolicy:
@@ -96,29 +110,29 @@ class OraclePolicy:
                 return candidate
         raise KeyError(f"OraclePolicy does not know the question {question[:80]!r}")
 
-    def act(self, conversation: Conversation) -> str:
-        """The oracle's next turn for one conversation."""
+    def act(self, conversation: Conversation, tools: bool = False) -> str:
+        """The oracle's next turn for one conversation (``tools``: as a tool call)."""
         task = self.task_for(conversation)
         step = _calls_made(conversation)
         final = budget_exhausted(_last_observation(conversation))
         if step < len(task.gold_queries) and not final:
             query = task.gold_queries[step]
             why = f"<think>I need to look up {query}.</think>\n" if self.think else ""
-            return f"{why}<search>{query}</search>"
+            return why + write_action("search", query, tools)
         steps = worked_steps(task) if self.worked else None
         if steps is not None:
-            return f"<think>{steps}</think>\n<answer>{task.answer}</answer>"
+            return f"<think>{steps}</think>\n" + write_action("answer", task.answer, tools)
         if step >= len(task.gold_queries):
             why = "<think>I have found everything I need.</think>\n" if self.think else ""
-            return f"{why}<answer>{task.answer}</answer>"
+            return why + write_action("answer", task.answer, tools)
         why = "<think>I could not finish the search.</think>\n" if self.think else ""
-        return f"{why}<answer>unknown</answer>"
+        return why + write_action("answer", "unknown", tools)
 
     def generate(
         self, conversations: Sequence[Conversation], params: SamplingParams
     ) -> list[Completion]:
         return [
-            Completion(self.act(conversation))
+            Completion(self.act(conversation, tools=bool(params.tools)))
             for conversation in conversations
             for _ in range(params.n)
         ]
@@ -181,14 +195,16 @@ def _retrieved(conversation: Conversation) -> list[list[tuple[str, str]]]:
     return [
         list(docs)
         for message in conversation
-        if message["role"] == "user"
+        if message["role"] in _OBSERVED
         for docs in _documents(message["content"])
     ]
 
 
 @functools.lru_cache(maxsize=_PARSED_TEXTS)
 def _searched(turn: str) -> tuple[str, ...]:
-    return tuple(q.strip() for q in re.findall(r"<search>(.*?)</search>", turn, re.DOTALL))
+    tagged = [q.strip() for q in re.findall(r"<search>(.*?)</search>", turn, re.DOTALL)]
+    called = tool_calls.parse_tool_call(turn)
+    return tuple(tagged + ([called.content] if called.kind == "search" else []))
 
 
 def _queries(conversation: Conversation) -> set[str]:
@@ -232,11 +248,20 @@ class HeuristicPolicy:
                 rng = np.random.default_rng(
                     [self.seed, *own] if own else [self.seed, params.seed or 0, row, j]
                 )
-                out.append(Completion(self.act(conversation, rng, greedy=params.temperature == 0)))
+                greedy = params.temperature == 0
+                text = self.act(conversation, rng, greedy=greedy, tools=bool(params.tools))
+                out.append(Completion(text))
         return out
 
-    def act(self, conversation: Conversation, rng: np.random.Generator, *, greedy: bool) -> str:
-        """One turn for one conversation."""
+    def act(
+        self,
+        conversation: Conversation,
+        rng: np.random.Generator,
+        *,
+        greedy: bool,
+        tools: bool = False,
+    ) -> str:
+        """One turn for one conversation (``tools``: as a tool call)."""
         question = _question(conversation)
 
         def pick(options: Sequence[str]) -> str:
@@ -246,15 +271,15 @@ class HeuristicPolicy:
         final = budget_exhausted(_last_observation(conversation))
         if _is_math(conversation):
             numbers = _NUMBER.findall(question) or ["0"]
-            return f"<answer>{pick(numbers)}</answer>"
+            return f"<answer>{pick(numbers)}</answer>"  # math answers with its tag in any format
         tried = _queries(conversation)
         fresh = [name for name in self._search_candidates(question, blocks) if name not in tried]
         answer_now = (
             final or not fresh or (blocks and rng.random() < self.answer_rate and not greedy)
         )
         if answer_now:
-            return f"<answer>{self._guess(question, blocks, pick)}</answer>"
-        return f"<search>{pick(fresh)}</search>"
+            return write_action("answer", self._guess(question, blocks, pick), tools)
+        return write_action("search", pick(fresh), tools)
 
     @staticmethod
     def _search_candidates(question: str, blocks: list[list[tuple[str, str]]]) -> list[str]:

@@ -26,6 +26,45 @@ CHATML_TEMPLATE = (
 )
 """Qwen2.5's ChatML layout, without Qwen's default system prompt."""
 
+CHATML_TOOLS_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou are provided with function signatures within <tools></tools> XML "
+    "tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and "
+    'arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": '
+    '<function-name>, "arguments": <args-json-object>}\\n</tool_call><|im_end|>\\n\' }}'
+    "{%- elif messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'system' and loop.first %}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + message['content'] + "
+    "'\\n</tool_response><|im_end|>\\n' }}"
+    "{%- elif message['role'] == 'assistant' and message.get('tool_calls') %}"
+    "{{- '<|im_start|>assistant' }}"
+    "{%- if message['content'] %}{{- '\\n' + message['content'] }}{%- endif %}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- set function = call['function'] if call.get('function') else call %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + function['name'] + '\", \"arguments\": ' }}"
+    "{%- if function['arguments'] is string %}{{- function['arguments'] }}"
+    "{%- else %}{{- function['arguments'] | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+"""Qwen2.5's tool-calling ChatML layout (tools listed in the system turn, a call written as
+``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>``, a tool's reply as a user turn in
+``<tool_response>``), without Qwen's default system prompt or its grouping of tool replies."""
+
 _CORPUS = """\
 You are a research assistant. Answer the question. You may search a small library of documents.
 To search, write <search>your query</search> and the results arrive as
@@ -95,6 +134,7 @@ def make_tiny_checkpoint(
     num_layers: int = 2,
     num_heads: int = 4,
     seed: int = 0,
+    chat_template: str = CHATML_TEMPLATE,
 ) -> Path:
     """Build and save a tiny random Qwen2 causal LM with a ChatML byte-level tokenizer.
 
@@ -107,6 +147,8 @@ def make_tiny_checkpoint(
         num_layers: Number of decoder layers.
         num_heads: Attention heads (key/value heads are half of them, as in Qwen2's GQA).
         seed: Seed of the weight initialisation. The same arguments give byte-identical weights.
+        chat_template: The tokenizer's chat template; ``CHATML_TOOLS_TEMPLATE`` renders tools
+            and tool calls as Qwen2.5's does (the tool format).
 
     Returns:
         The folder, loadable with ``HFPolicy(path)`` or ``AutoModelForCausalLM.from_pretrained``.
@@ -137,7 +179,7 @@ def make_tiny_checkpoint(
         tokenizer_object=backend,
         eos_token=IM_END,
         pad_token=END_OF_TEXT,
-        chat_template=CHATML_TEMPLATE,
+        chat_template=chat_template,
         model_max_length=4096,
         clean_up_tokenization_spaces=False,
     )

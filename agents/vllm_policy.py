@@ -256,7 +256,10 @@ class VLLMPolicy:
     ) -> list[Completion]:
         """Sample ``params.n`` assistant turns per conversation (conversation-major)."""
 
-        prompts = [chat_prompt_ids(self.tokenizer, c, owner=self.spec) for c in conversations]
+        prompts = [
+            chat_prompt_ids(self.tokenizer, c, owner=self.spec, tools=params.tools)
+            for c in conversations
+        ]
         return self.generate_ids(prompts, params)
 
     def generate_ids(

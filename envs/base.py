@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 import gymnasium as gym
 import numpy as np
 
-from passkt.envs import search_r1
+from passkt.envs import search_r1, tool_calls
 from passkt.envs.contract import AgentInterface
 from passkt.envs.corpus import Corpus, open_corpus
 from passkt.envs.errors import UnknownTaskError
@@ -60,8 +60,9 @@ _SUFFIX_RESERVE = 512
 RetrieverFactory = Callable[[Sequence[Paragraph]], Retriever]
 CorpusArg = Literal["task", "global"] | str | os.PathLike | Corpus
 """``corpus=``: ``"task"``, ``"global"``, a saved corpus folder, or a ``Corpus``."""
-ProtocolName = Literal["passkt", "search-r1"]
-"""``protocol=``: passkt's chat protocol or Search-R1's exact one (``passkt.envs.search_r1``)."""
+ProtocolName = Literal["passkt", "search-r1", "tools"]
+"""``protocol=``: passkt's chat protocol, Search-R1's exact one (``passkt.envs.search_r1``), or
+passkt's with tool calls for actions (``passkt.envs.tool_calls``)."""
 RetrieverArg = str | RetrieverFactory | Retriever | None
 """``retriever=``: a backend name, a factory ``paragraphs -> Retriever``, a ``Retriever``, or
 ``None`` (rank-bm25 for ``"task"`` and ``"global"``, a ``Corpus``'s own bm25s index)."""
@@ -190,7 +191,11 @@ class ToolUseEnv(gym.Env[str, str]):
     agent should talk to it: ``env.protocol`` (an ``AgentInterface``: system prompt, stop strings,
     chat or stream layout). ``protocol="search-r1"`` switches every string to Search-R1's own
     (``passkt.envs.search_r1``): its prompt, documents as ``Doc 1(Title: "T") text`` appended to
-    one assistant stream, its invalid-action message, and no final notice.
+    one assistant stream, its invalid-action message, and no final notice. ``protocol="tools"``
+    keeps everything but the actions, which become function calls (``passkt.envs.tool_calls``):
+    ``env.protocol.tools`` publishes ``search(query)`` and ``answer(answer)`` as JSON schemas and a
+    turn ends in ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``; an env without
+    search (math) publishes no tools and keeps its ``<answer>`` tag.
 
     ## Action Space
     ``ActionText``: any Unicode string (``step`` also parses strings longer than
@@ -258,14 +263,16 @@ class ToolUseEnv(gym.Env[str, str]):
     ) -> None:
         name = type(self).__name__
         self.max_tool_calls = _check_int("max_tool_calls", max_tool_calls, 0)
-        if protocol not in ("passkt", "search-r1"):
-            raise ValueError(f"protocol must be 'passkt' or 'search-r1', got {protocol!r}")
+        if protocol not in ("passkt", "search-r1", "tools"):
+            raise ValueError(f"protocol must be 'passkt', 'search-r1' or 'tools', got {protocol!r}")
         if protocol == "search-r1" and (reveal_budget or not self.has_tools):
             raise ValueError(
                 f"{name}: protocol='search-r1' needs a search tool and a hidden budget "
                 "(Search-R1 never states the budget)"
             )
         self.protocol_name: ProtocolName = protocol
+        self._tool_format = protocol == "tools" and self.has_tools
+        """Actions are function calls (math has no search, so it keeps its ``<answer>`` tag)."""
         if not self.has_tools and max_tool_calls != 0:
             raise ValueError(
                 f"{name} has no tools, so max_tool_calls must be 0 (got {max_tool_calls}); "
@@ -440,7 +447,10 @@ class ToolUseEnv(gym.Env[str, str]):
         if episode is None or episode.finished:
             raise gym.error.ResetNeeded("The episode has ended (or never began): call reset().")
         r1 = self.protocol_name == "search-r1"
-        parsed = search_r1.parse_action(action) if r1 else parse_action(action)
+        if self._tool_format:
+            parsed = tool_calls.parse_tool_call(action)
+        else:
+            parsed = search_r1.parse_action(action) if r1 else parse_action(action)
         if parsed.kind == "search" and not self.has_tools:
             parsed = Action(kind="invalid", error=no_tools_message())
         episode.turns += 1
@@ -455,13 +465,15 @@ class ToolUseEnv(gym.Env[str, str]):
             observation = ANSWER_RECEIVED
         elif episode.tool_calls >= self.max_tool_calls:
             truncated = episode.finished = True
-            observation = TRUNCATED_MESSAGE
+            observation = tool_calls.TRUNCATED_MESSAGE if self._tool_format else TRUNCATED_MESSAGE
         else:
             episode.tool_calls += 1
             if parsed.kind == "search":
                 episode.core = self._search(episode.task, parsed.content)
             elif r1:
                 episode.core = search_r1.INVALID_MESSAGE
+            elif self._tool_format:
+                episode.core = tool_calls.invalid_action_message(parsed.error or "invalid action")
             else:
                 episode.core = invalid_action_message(parsed.error or "invalid action")
             observation = self._with_suffix(episode.core, self.max_tool_calls, episode)
@@ -544,14 +556,18 @@ class ToolUseEnv(gym.Env[str, str]):
     def _action_space(self, budget: int) -> ActionText:
         # With no call to spend a search only truncates: sample answers (as check_env expects).
         tags = ("search", "answer") if self.has_tools and budget > 0 else ("answer",)
-        return ActionText(ACTION_MAX_LENGTH, tags=tags)
+        arguments = {"search": "query", "answer": "answer"} if self._tool_format else None
+        return ActionText(ACTION_MAX_LENGTH, tags=tags, tool_arguments=arguments)
 
     @property
     def protocol(self) -> AgentInterface:
         """How an agent talks to this env: the category's system prompt and the action stop
-        strings (``protocol="passkt"``), or Search-R1's prompt and stream (``"search-r1"``)."""
+        strings (``protocol="passkt"``), Search-R1's prompt and stream (``"search-r1"``), or the
+        tool schemas and the call's stop string (``"tools"``)."""
         if self.protocol_name == "search-r1":
             return search_r1.PROTOCOL
+        if self._tool_format:
+            return tool_calls.tools_protocol(self.category)
         return passkt_protocol(self.category)
 
     @property
@@ -585,7 +601,8 @@ class ToolUseEnv(gym.Env[str, str]):
         if self.protocol_name == "search-r1":
             return core  # Search-R1's last turn comes without a notice
         if calls_left <= 0:
-            return f"{core}\n\n{FINAL_NOTICE}"
+            notice = tool_calls.FINAL_NOTICE if self._tool_format else FINAL_NOTICE
+            return f"{core}\n\n{notice}"
         if self.reveal_budget:
             return f"{core}\n\n{budget_line(calls_left)}"
         return core

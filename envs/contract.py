@@ -19,7 +19,8 @@ capability                    what it buys                              without 
 ``fork(max_tool_calls)``      prefix sharing at the cost of a copy      re-make the env, replay the
                                                                         actions, check every obs.
 ``info["correct"]``           success when the reward is shaped         last reward at its maximum
-``protocol`` attribute        system prompt, stop strings, layout       no system prompt, no stops
+``protocol`` attribute        system prompt, stop strings, layout,      no system prompt, no stops,
+                              tools (the tool-calling format)           text actions
 ``info["category"]``          a name for the task family                the env id
 ============================  ========================================  ============================
 """
@@ -113,6 +114,10 @@ class AgentInterface:
     """A turn's text ends right after its first stop string, in the order of ``stop`` (the first
     one found of ``stop[0]``, else ``stop[1]`` ...), and a token that runs past it (``>`` merged
     with newlines) is re-tokenized: the text Search-R1 keeps, and its ids."""
+    tools: tuple[Mapping[str, Any], ...] = ()
+    """The tool format (``passkt.envs.tool_calls``): the env's actions as JSON schemas in the
+    OpenAI function format, which chat templates (``tools=``) and OpenAI servers take. With tools,
+    every observation after the first is a ``tool`` message; an empty tuple keeps text actions."""
 
     def __post_init__(self) -> None:
         if self.layout not in ("chat", "stream"):
@@ -142,6 +147,15 @@ class AgentInterface:
                 )
         if self.max_observation_tokens is not None and self.layout != "stream":
             raise EnvContractError("protocol max_observation_tokens needs layout='stream'")
+        object.__setattr__(self, "tools", _check_tools(self.tools))
+        if self.tools and self.layout != "chat":
+            raise EnvContractError("protocol tools need layout='chat' (a tool reply is a turn)")
+
+    @property
+    def observation_role(self) -> str:
+        """The role of the messages that carry observations after the first: ``tool`` in the
+        tool format (chat templates render it as the tool's reply), else ``user``."""
+        return "tool" if self.tools else "user"
 
     def cut(self, text: str) -> str:
         """``cut_after_stop``: the text up to the end of its first stop string (see the field)."""
@@ -186,6 +200,26 @@ class AgentInterface:
     def stream_text(self, observation: str) -> str:
         """``stream`` layout: the text an observation adds to the assistant stream."""
         return self.observation_template.replace("{observation}", observation)
+
+
+def _check_tools(tools: Any) -> tuple[Mapping[str, Any], ...]:
+    """``AgentInterface.tools``: a list of ``{"type": "function", "function": {"name": ...,
+    "parameters": {...}}}`` schemas with distinct names."""
+    if isinstance(tools, (str, Mapping)) or not isinstance(tools, Sequence):
+        raise EnvContractError(f"protocol tools must be a list of tool schemas, got {tools!r:.80}")
+    names = []
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if not isinstance(name, str) or not name or tool.get("type") != "function":
+            raise EnvContractError(
+                f"protocol tools[{i}] must be {{'type': 'function', 'function': {{'name': ..., "
+                f"'description': ..., 'parameters': {{...}}}}}} (a JSON schema), got {tool!r:.120}"
+            )
+        names.append(name)
+    if len(set(names)) != len(names):
+        raise EnvContractError(f"protocol tools repeat a name: {names}")
+    return tuple(tools)
 
 
 NEUTRAL = AgentInterface()

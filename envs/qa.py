@@ -102,8 +102,10 @@ $hops- ``source_options``: further keyword arguments for the source (e.g. ``{"se
   ``top_k``), off for the synthetic source (its minimum depth T* needs a search to show only
   what it names) and for ``tasks=``; only the built-in backends take ``True``.
 - ``render_mode``: ``None`` or ``"ansi"``.
-- ``protocol``: ``"passkt"`` (default) or ``"search-r1"`` (Search-R1's exact prompt, stream
-  and document format; ``passkt.envs.search_r1``).
+- ``protocol``: ``"passkt"`` (default), ``"search-r1"`` (Search-R1's exact prompt, stream
+  and document format; ``passkt.envs.search_r1``) or ``"tools"`` (the same episode with
+  function calls for actions: ``env.protocol.tools`` holds the ``search`` and ``answer``
+  schemas and a turn ends in ``<tool_call>{...}</tool_call>``; ``passkt.envs.tool_calls``).
 
 ## Version History
 - v0: initial version.

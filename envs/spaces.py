@@ -15,8 +15,9 @@ Gymnasium user expects:
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -159,6 +160,8 @@ class ActionText(UnicodeText):
     Args:
         max_length: The longest action in the space.
         tags: The action tags ``sample()`` chooses from, uniformly.
+        tool_arguments: The tool format (``passkt.envs.tool_calls``): each tag's argument name;
+            ``sample()`` then writes ``<tool_call>{"name": tag, "arguments": {...}}</tool_call>``.
         max_sample_length: Longest random content inside the tag.
         seed: Seed for ``sample()``.
     """
@@ -168,12 +171,16 @@ class ActionText(UnicodeText):
         max_length: int,
         *,
         tags: Sequence[str] = ("search", "answer"),
+        tool_arguments: Mapping[str, str] | None = None,
         max_sample_length: int = 24,
         seed: int | np.random.Generator | None = None,
     ) -> None:
         if not tags or not all(isinstance(tag, str) and tag.isalpha() for tag in tags):
             raise ValueError(f"tags must be a non-empty sequence of tag names, got {tags!r}")
         self.tags = tuple(tags)
+        self.tool_arguments = None if tool_arguments is None else dict(tool_arguments)
+        if self.tool_arguments is not None and set(self.tags) - set(self.tool_arguments):
+            raise ValueError(f"tool_arguments must name the argument of every tag {self.tags}")
         super().__init__(max_length, max_sample_length=max_sample_length, seed=seed)
 
     def sample(self, mask: int | None = None, probability: None = None) -> str:
@@ -182,13 +189,20 @@ class ActionText(UnicodeText):
             raise ValueError(f"{type(self).__name__}.sample() does not support probability=")
         tag = self.tags[int(self.np_random.integers(len(self.tags)))]
         content = self._random_text(self._sample_length(mask)).replace("<", " ")
+        if self.tool_arguments is not None:
+            call = {"name": tag, "arguments": {self.tool_arguments[tag]: content}}
+            return f"<tool_call>\n{json.dumps(call, ensure_ascii=False)}\n</tool_call>"
         return f"<{tag}>{content}</{tag}>"
 
     def __repr__(self) -> str:
         return f"ActionText(max_length={self.max_length}, tags={self.tags})"
 
     def __eq__(self, other: object) -> bool:
-        return super().__eq__(other) and other.tags == self.tags  # type: ignore[attr-defined]
+        return (
+            super().__eq__(other)
+            and other.tags == self.tags  # type: ignore[attr-defined]
+            and other.tool_arguments == self.tool_arguments  # type: ignore[attr-defined]
+        )
 
     __hash__ = None  # type: ignore[assignment]
 

@@ -1,6 +1,8 @@
 """A small OpenAI-compatible chat server backed by a local checkpoint, for tests.
 
-Run: ``python openai_server.py MODEL_DIR [--name NAME] [--max-seconds S]``. It binds a free port
+Run: ``python openai_server.py MODEL [--name NAME] [--env ENV_ID] [--max-seconds S]``, where MODEL
+is a checkpoint folder or ``scripted:oracle`` / ``scripted:heuristic`` (answering the tasks of
+``--env``'s test split). It binds a free port
 on 127.0.0.1, prints ``PORT <n>`` on stdout, and serves until it is terminated, its parent dies,
 or ``--max-seconds`` pass (so a crashed test run never leaves it behind).
 
@@ -8,7 +10,10 @@ Endpoints (the subset of the OpenAI API that ``OpenAIPolicy`` uses, with vLLM's 
 - ``GET /v1/models``;
 - ``POST /v1/chat/completions``: messages, n, temperature, top_p, top_k, max_tokens, stop, seed,
   logprobs, return_tokens_as_token_ids. Completions are real samples from ``HFPolicy``. As in
-  vLLM, the stop string is cut from the content and reported in ``stop_reason``.
+  vLLM, the stop string is cut from the content and reported in ``stop_reason``. With ``tools``
+  the request's ``tool_calls`` and ``tool`` messages are read back into passkt's tool format, the
+  tools go to the chat template, and a reply's first ``<tool_call>`` is returned as
+  ``tool_calls`` (finish reason ``tool_calls``), as ``vllm serve --tool-call-parser hermes`` does.
 - ``POST /_control`` (test hooks, JSON): ``fail_next`` (answer the next k chat requests with
   ``fail_status``, default 503), ``delay_next`` / ``delay_seconds`` (sleep before the next k),
   ``report_stop_reason`` (false: behave like servers that do not report it), ``max_n`` (return at
@@ -26,12 +31,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from passkt.agents.hf import HFPolicy
 from passkt.agents.policy import SamplingParams
+from passkt.envs.tool_calls import render_tool_call, tool_calls_in
 
 
 class State:
-    def __init__(self, policy: HFPolicy, name: str) -> None:
+    def __init__(self, policy: Any, name: str) -> None:
         self.policy, self.name = policy, name
         self.lock = threading.Lock()  # guards the counters and the model
         self.control: dict[str, Any] = {
@@ -59,7 +64,7 @@ def choice_payload(state: State, index: int, completion: Any, body: dict) -> dic
     }
     if state.control["report_stop_reason"]:
         choice["stop_reason"] = stop_reason
-    if body.get("logprobs"):
+    if body.get("logprobs") and hasattr(state.policy, "tokenizer"):  # scripted agents have none
         as_ids = body.get("return_tokens_as_token_ids")
         tokens = state.policy.tokenizer.convert_ids_to_tokens(list(completion.token_ids))
         choice["logprobs"] = {
@@ -78,6 +83,35 @@ def choice_payload(state: State, index: int, completion: Any, body: dict) -> dic
     return choice
 
 
+def passkt_messages(messages: list[dict]) -> list[dict]:
+    """OpenAI messages as passkt's tool format writes them: a call is part of the turn's text."""
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls") or []
+        text = message.get("content") or ""
+        for call in calls:
+            function = call["function"]
+            text = f"{text}\n{render_tool_call(function['name'], function['arguments'])}".strip()
+        out.append({"role": message["role"], "content": text})
+    return out
+
+
+def call_message(text: str) -> tuple[dict, bool]:
+    """The reply of a tool-format request: its first call as ``tool_calls``, if it has one."""
+    calls = tool_calls_in(text)
+    try:
+        call = json.loads(calls[0]) if calls else None
+    except ValueError:
+        call = None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return {"role": "assistant", "content": text}, False
+    rest = text[: text.find("<tool_call>")].strip()
+    arguments = json.dumps(call.get("arguments", {}))
+    function = {"name": call["name"], "arguments": arguments}
+    tool_call = {"id": f"call_{time.monotonic_ns()}", "type": "function", "function": function}
+    return {"role": "assistant", "content": rest or None, "tool_calls": [tool_call]}, True
+
+
 def chat(state: State, body: dict) -> tuple[int, dict]:
     if body.get("model") != state.name:
         message = f"The model `{body.get('model')}` does not exist."
@@ -91,15 +125,23 @@ def chat(state: State, body: dict) -> tuple[int, dict]:
         stop=(stop,) if isinstance(stop, str) else tuple(stop),
         n=min(int(body.get("n", 1)), state.control["max_n"] or 10**6),
         seed=body.get("seed"),
+        tools=tuple(body.get("tools") or ()),
     )
+    messages = passkt_messages(body["messages"]) if params.tools else body["messages"]
     with state.lock:
-        completions = state.policy.generate([body["messages"]], params)
+        completions = state.policy.generate([messages], params)
+    choices = [choice_payload(state, i, c, body) for i, c in enumerate(completions)]
+    if params.tools:
+        for choice, completion in zip(choices, completions, strict=True):
+            choice["message"], called = call_message(completion.text)
+            if called:
+                choice["finish_reason"] = "tool_calls"
     return 200, {
         "id": f"chatcmpl-{time.monotonic_ns()}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": state.name,
-        "choices": [choice_payload(state, i, c, body) for i, c in enumerate(completions)],
+        "choices": choices,
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }
 
@@ -169,6 +211,20 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def load_backend(model: str, env_id: str) -> Any:
+    """The policy behind the server: a checkpoint, or a scripted agent on ``env_id``'s tasks."""
+    if model.startswith("scripted:"):
+        import gymnasium as gym  # a scripted backend only
+
+        import passkt.envs  # noqa: F401  (registers the envs)
+        from passkt.agents.specs import load_policy
+
+        return load_policy(model, tasks=gym.make(env_id).unwrapped.tasks)
+    from passkt.agents.hf import HFPolicy  # a checkpoint backend only: loads torch
+
+    return HFPolicy(model, batch_size=8)
+
+
 def watchdog(server: ThreadingHTTPServer, max_seconds: float) -> None:
     """Shut the server down when the time is up or the parent process is gone."""
     parent, deadline = os.getppid(), time.monotonic() + max_seconds
@@ -179,11 +235,12 @@ def watchdog(server: ThreadingHTTPServer, max_seconds: float) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model_dir")
+    parser.add_argument("model")
     parser.add_argument("--name", default="tiny")
+    parser.add_argument("--env", default="BridgeQA-v0")
     parser.add_argument("--max-seconds", type=float, default=300.0)
     args = parser.parse_args(argv)
-    state = State(HFPolicy(args.model_dir, batch_size=8), args.name)
+    state = State(load_backend(args.model, args.env), args.name)
     server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(state))
     server.daemon_threads = True
     threading.Thread(target=watchdog, args=(server, args.max_seconds), daemon=True).start()

@@ -163,7 +163,7 @@ def test_search_r1_needs_tools_and_a_hidden_budget():
 
     with pytest.raises(ValueError, match="needs a search tool and a hidden budget"):
         gym.make("BridgeQA-v0", protocol="search-r1", reveal_budget=True)
-    with pytest.raises(ValueError, match="protocol must be 'passkt' or 'search-r1'"):
+    with pytest.raises(ValueError, match="protocol must be 'passkt', 'search-r1' or 'tools'"):
         gym.make("BridgeQA-v0", protocol="searchr1")
 
 
