@@ -224,9 +224,9 @@ def remove_created(directory: Path, top: Path | None, lock_name: str = "writer.l
     in ``directory``, as long as nothing else was written in them."""
     if top is None:
         return
-    lock = directory / lock_name
-    if lock.is_file():
-        lock.unlink()
+    for name in (lock_name, ".passkt-folder"):  # the lock, and the kind marker of a new folder
+        if (directory / name).is_file():
+            (directory / name).unlink()
     for path in (directory, *directory.parents):
         try:
             path.rmdir()

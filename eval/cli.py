@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from passkt.agents.env_workers import DEFAULT_STEP_TIMEOUT
+from passkt.agents.folders import claim_folder
 from passkt.agents.policy import SamplingParams
 from passkt.agents.preflight import MAX_BUDGET, check_resume, parse_grid
 from passkt.agents.redact import RedactingFilter, redact
@@ -254,6 +255,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     task_ids = _parse_task_ids(args.task_ids)
     if args.resume and args.out is None:
         raise ValueError("--resume needs --out RUN_DIR: the run directory to continue")
+    if args.out is not None:  # another command's folder is refused before anything else
+        claim_folder(args.out, "eval-run")
     if args.resume:  # the library's resume=True also starts a run; the flag only continues one
         check_resume(args.out, lambda directory: (directory / MANIFEST_FILE).is_file())
     budgets = (

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.folders import claim_folder, mark_folder
 from passkt.eval.analysis.boundary_report import boundary_summary
 from passkt.eval.boundary import boundary_size_interval
 from passkt.eval.chance import ChanceFloor, answer_set_sizes, chance_floor
@@ -116,12 +117,15 @@ def write_report(
         plot_surface_heatmap,
     )
 
-    manifest, table = load_run(run_dir, partial=partial)
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "report"
+    claim_folder(out, "report")
+    manifest, table = load_run(run_dir, partial=partial)
     surf = surface(table, ks)
     ci = _surface_ci(surf, table, method, n_boot, level, seed)
     rel = reliability_surface(table, surf.ks)
     rel_ci = _surface_ci(rel, table, method, n_boot, level, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    mark_folder(out, "report")
     files = list(write_surface_tables(surf, ci, out, "surface").values())
     files += write_surface_tables(rel, rel_ci, out, "reliability").values()
     boundary = _boundary_markdown(table, level)
@@ -293,6 +297,7 @@ def write_comparison(
     # start-up cost: matplotlib, 0.35 s, for figures only
     from passkt.eval.plots import plot_boundary_venn, plot_gap, plot_pass_curves
 
+    claim_folder(out_dir, "comparison")
     dirs = [Path(d) for d in run_dirs]
     if len(dirs) < 2:
         raise ValueError("compare needs at least two run directories")
@@ -311,6 +316,7 @@ def write_comparison(
     floor = _floor(dirs[0], loaded[0], tables[0], repeats, ks, shared_t, t_bound, peers)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    mark_folder(out, "comparison")
     files: list[Path] = []
     parts: list[str] = [
         line

@@ -38,6 +38,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.folders import MARKER, claim_folder, mark_folder
 from passkt.agents.preflight import missing_top, remove_created
 from passkt.agents.run_lock import LOCK_FILE, RunLock
 from passkt.eval.chunk_digests import (
@@ -394,7 +395,11 @@ def _check_out_dir(directory: Path) -> None:
             break
     if directory.is_dir():
         names = {p.name for p in directory.iterdir()}
-        if names and MANIFEST_FILE not in names and names - {LOCK_FILE, MANIFEST_FILE + ".tmp"}:
+        if (
+            names
+            and MANIFEST_FILE not in names
+            and names - {LOCK_FILE, MARKER, MANIFEST_FILE + ".tmp"}
+        ):
             raise RunDirError(
                 f"{directory} is not empty and is not a passkt run directory (no "
                 f"{MANIFEST_FILE}); choose another --out"
@@ -413,6 +418,7 @@ def _holds_no_results(directory: Path) -> bool:
     if digests.is_file() and digests.stat().st_size > 0:
         return False  # a chunk finished here (its results may have been deleted since)
     names = {p.name for p in directory.iterdir()} - {LOCK_FILE, TRANSCRIPTS_FILE, DIGESTS_FILE}
+    names -= {MARKER}
     return names <= {MANIFEST_FILE, MANIFEST_FILE + ".tmp"} or (
         names <= {MANIFEST_FILE, RESULTS_FILE}
         and (directory / MANIFEST_FILE).exists()
@@ -470,6 +476,7 @@ class RunStore:
             passkt.agents.run_lock.RunLockedError: another process is writing the directory.
         """
         directory = Path(directory)
+        claim_folder(directory, "eval-run")
         created = missing_top(directory)
         _check_out_dir(directory)
         lock = RunLock.acquire(directory)
@@ -481,6 +488,7 @@ class RunStore:
             raise
         store._lock = lock
         store._created_top = created
+        mark_folder(directory, "eval-run")
         return store
 
     def discard_if_empty(self) -> None:
@@ -488,9 +496,9 @@ class RunStore:
         its manifest, lock and empty files go, and the directory too if this store made it."""
         if not self._fresh or self.finished_chunks:
             return
-        for name in (MANIFEST_FILE, RESULTS_FILE, TRANSCRIPTS_FILE, DIGESTS_FILE):
+        for name in (MANIFEST_FILE, RESULTS_FILE, TRANSCRIPTS_FILE, DIGESTS_FILE, MARKER):
             path = self.directory / name
-            if path.is_file() and (name == MANIFEST_FILE or path.stat().st_size == 0):
+            if path.is_file() and (name in (MANIFEST_FILE, MARKER) or path.stat().st_size == 0):
                 path.unlink()
         self.close()
         remove_created(self.directory, self._created_top)

@@ -29,7 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from passkt.study.profile import PROFILE_FILE, StudyError
+from passkt.agents.folders import mark_folder
+from passkt.study.profile import PROFILE_FILE, StudyError, claim
 from passkt.study.report import read_timings, study_data
 from passkt.study.stages import Study, read_done
 from passkt.study.summary import DATA_DIR, write_data
@@ -47,10 +48,12 @@ def export(study: Study, to: Path) -> dict[str, Any]:
     Returns:
         What was written: evaluations per category, bases kept, analyses kept.
     """
+    claim(to, "study-export", "--to")
     made = [c for c in study.categories if (study.splits_dir(c) / "done.json").is_file()]
     study = replace(study, categories=made)  # categories never started have nothing to keep
     data = study_data(study, finished_only=True)
     write_data(to / DATA_DIR, data, merge=True)
+    mark_folder(to, "study-export")
     state = to / STATE_DIR
     state.mkdir(parents=True, exist_ok=True)
     shutil.copy2(study.out / PROFILE_FILE, state / PROFILE_FILE)
@@ -96,6 +99,7 @@ def restore(source: Path, out: Path) -> list[str]:
     Raises:
         StudyError: ``source`` holds no state, or ``out`` holds another study.
     """
+    claim(out, "study")
     state = source / STATE_DIR
     profile = state / PROFILE_FILE
     if not profile.is_file():
@@ -115,6 +119,7 @@ def restore(source: Path, out: Path) -> list[str]:
         if not target.exists():
             _copy_file(path, target)
             restored.append(relative.as_posix())
+    mark_folder(out, "study")
     timings = source / DATA_DIR / "timings.jsonl"
     if timings.is_file() and not read_timings(out):
         _copy_file(timings, out / "timings.jsonl")

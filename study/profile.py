@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.folders import FolderKindError, claim_folder, mark_folder
 from passkt.agents.preflight import MAX_BUDGET, check_grid
 from passkt.agents.train.config import GRPOConfig, SFTConfig
 from passkt.envs.contract import import_modules
@@ -437,6 +438,14 @@ def _adds_floor_or_record(difference: str) -> bool:
     return key in RECORD_KEYS or any(key == k or key.startswith(k + ".") for k in FLOOR_KEYS)
 
 
+def claim(folder: Path, kind: str, flag: str = "--out") -> None:
+    """``passkt.agents.folders.claim_folder`` as a ``StudyError`` (the study's one-line errors)."""
+    try:
+        claim_folder(folder, kind, flag)
+    except FolderKindError as e:
+        raise StudyError(str(e)) from None
+
+
 def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict[str, Any]:
     """The profile of ``out``: store ``requested`` there on first use, or check it matches
     (where only ``RECORD_KEYS`` differ, the stored record takes the requested values).
@@ -449,6 +458,7 @@ def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict
     Raises:
         StudyError: no profile given for a new folder, or one that differs from the stored one.
     """
+    claim(out, "study")
     path = out / PROFILE_FILE
     if path.is_file():
         stored = json.loads(path.read_text(encoding="utf-8"))
@@ -481,6 +491,7 @@ def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict
                 "another --out."
             )
         check(stored["profile"], str(path))
+        mark_folder(out, "study")
         return stored["profile"]
     if requested is None:
         raise StudyError(
@@ -489,6 +500,7 @@ def pin(out: Path, requested: dict[str, Any] | None, source: str | None) -> dict
         )
     out.mkdir(parents=True, exist_ok=True)
     _write_record(path, {"source": source, "profile": requested})
+    mark_folder(out, "study")
     return requested
 
 

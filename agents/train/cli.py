@@ -17,6 +17,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
+from passkt.agents.folders import claim_folder
 from passkt.agents.preflight import check_resume
 from passkt.agents.specs import parse_env_kwargs
 from passkt.agents.train import versions
@@ -239,6 +240,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(json.dumps(config.to_dict(), indent=2, sort_keys=True))
         return 0
     backend = getattr(args, "backend", "passkt")
+    claim_folder(config.output_dir, "training-run")  # before any check reads or writes it
     check_command(config, args, backend)  # seconds, before the env and the model
     if getattr(args, "check", False):
         return 0

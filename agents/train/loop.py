@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from passkt.agents.folders import mark_folder
 from passkt.agents.hf import HFPolicy
 from passkt.agents.lean import LeanPolicy
 from passkt.agents.model_files import check_model_files
@@ -159,6 +160,7 @@ class TrainingRun:
             Path(config.output_dir).mkdir(parents=True, exist_ok=True)
             advice = "then resume it (resume=True, --resume) or choose another output_dir (--out)"
             lock = RunLock.acquire(Path(config.output_dir), advice=advice)
+            mark_folder(config.output_dir, "training-run")
         try:
             checkpoint = _find_checkpoint(Path(config.output_dir), resume)
             _seed_everything(config.seed)

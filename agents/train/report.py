@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.folders import mark_folder
+
 
 class Sink:
     """One metrics destination."""
@@ -112,6 +114,7 @@ def make_callback(output_dir: Path, report_to: Sequence[str], config: Mapping[st
         def on_train_begin(self, args, state, control, **kwargs):
             if state.is_world_process_zero:  # a resumed run drops the lines past its checkpoint
                 output_dir.mkdir(parents=True, exist_ok=True)
+                mark_folder(output_dir, "training-run")
                 truncate_metrics(output_dir / "metrics.jsonl", int(state.global_step))
             self.logger = MetricsLogger(
                 output_dir, enabled=state.is_world_process_zero, report_to=report_to, config=config

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.folders import claim_folder, mark_folder
 from passkt.envs.contract import import_modules
 from passkt.eval.analysis.common import load_runs
 from passkt.eval.analysis.diversity import diversity_markdown, query_overlap, strategy_diversity
@@ -38,6 +39,7 @@ def _slug(text: str) -> str:
 
 def _write(out: Path, stem: str, markdown: str, data: dict[str, Any]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
+    mark_folder(out, "analysis")
     md, js = out / f"{stem}.md", out / f"{stem}.json"
     md.write_text(markdown, encoding="utf-8", errors="backslashreplace")
     text = json.dumps(data, indent=2, allow_nan=False) + "\n"
@@ -63,6 +65,7 @@ def _cmd_ppl(args: argparse.Namespace) -> int:
         dtype=args.dtype,
     )
     out = Path(args.out) if args.out else Path(args.run_dir) / "analysis"
+    claim_folder(out, "analysis")
     markdown = result.to_markdown()
     stem = f"perplexity-{_slug(args.model)}-T{result.budget}"
     files = _write(out, stem, markdown, result.to_dict())
@@ -100,6 +103,7 @@ def _cmd_diversity(args: argparse.Namespace) -> int:
         "overlap": [o.to_dict() for o in overlaps],
     }
     out = Path(args.out) if args.out else Path(args.runs[0]) / "analysis"
+    claim_folder(out, "analysis")
     files = _write(out, f"diversity-T{runs[0].budget}", markdown, data)
     print(markdown)
     print(f"passkt: wrote {', '.join(map(str, files))}")

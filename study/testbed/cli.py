@@ -14,6 +14,7 @@ import sys
 import typing
 from typing import Any, Literal
 
+from passkt.agents.folders import claim_folder
 from passkt.agents.preflight import check_resume
 from passkt.agents.train.cli import _converter as train_converter
 from passkt.agents.train.config import field_docs, plain
@@ -90,6 +91,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
         print(json.dumps(config.to_dict(), indent=2, sort_keys=True))
         return 0
     resume = bool(getattr(args, "resume", False))
+    claim_folder(config.output_dir, "pretraining")
     if resume:
         check_resume(config.output_dir, lambda d: (d / CHECKPOINT_DIR / "state.json").is_file())
     result = pretrain(config, resume=resume)

@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from passkt.agents.folders import mark_folder
 from passkt.agents.progress import progress_bar
 from passkt.eval.manifest import git_commit, package_versions
 from passkt.study.testbed.corpus import Corpus, CorpusConfig, build_corpus
@@ -342,6 +343,7 @@ def _start(config: PretrainConfig, out: Path, resume: bool) -> int:
                 "it, or choose another output_dir (--out)"
             )
         out.mkdir(parents=True, exist_ok=True)
+        mark_folder(out, "pretraining")
         saved_config.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True))
         return 0
     if not state_file.exists():
