@@ -14,10 +14,10 @@ A signature is a list in Python's own notation, without annotations: ``"x"`` (re
 
 Usage (a release from PyPI, a wheel, an unpacked source tree, or a bare git directory)::
 
-    python benchmarks/vllm_api.py --pypi 0.34.0
-    python benchmarks/vllm_api.py vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl
+    python benchmarks/vllm_api.py --pypi 0.31.0
+    python benchmarks/vllm_api.py vllm-0.31.0-cp38-abi3-manylinux_2_28_x86_64.whl
     python benchmarks/vllm_api.py path/to/vllm-checkout
-    python benchmarks/vllm_api.py path/to/vllm.git --rev v0.34.0
+    python benchmarks/vllm_api.py path/to/vllm.git --rev v0.31.0
 """
 
 from __future__ import annotations

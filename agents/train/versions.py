@@ -18,7 +18,7 @@ from passkt.agents.train.rules import Check
 
 PINNED_VLLM = "0.31.0"
 """The release ``pip install 'passkt[vllm]'`` installs (``pyproject.toml``'s ``vllm`` extra)."""
-API_VLLM = "0.34.0"
+API_VLLM = "0.31.0"
 """The release ``tests/agents/vllm_api.json`` was read from (``benchmarks/vllm_api.py``)."""
 
 

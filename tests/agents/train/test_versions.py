@@ -47,8 +47,8 @@ def test_the_range_read_is_the_one_trl_warns_on(version, monkeypatch):
 
 
 def test_the_api_file_names_the_release_it_was_read_from():
-    """``tests/agents/vllm_api.json`` was read from vLLM 0.34.0, outside TRL 1.16's range: passkt's
-    own vLLM calls (``LLM``, ``SamplingParams``, ``LoRARequest``, ``apply_model``) are checked
-    against that release, TRL's engine internals are not (see docs/training.md)."""
+    """``tests/agents/vllm_api.json`` was read from the pinned release, inside TRL 1.16's range:
+    passkt's own vLLM calls (``LLM``, ``SamplingParams``, ``LoRARequest``, ``apply_model``) are
+    checked against the vLLM that ``passkt[vllm]`` installs."""
     api = json.loads((ROOT / "tests" / "agents" / "vllm_api.json").read_text(encoding="utf-8"))
     assert api["vllm_version"] == versions.API_VLLM
