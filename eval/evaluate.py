@@ -396,7 +396,8 @@ def evaluate(
             "env_step_timeout": float(env_step_timeout),
             "env_failures": env_failures,
         },
-        sampling={k: v for k, v in asdict(params).items() if k != "seeds"},
+        # No tools (the text tags) is left out, so runs written before the tool format resume.
+        sampling={k: v for k, v in asdict(params).items() if k != "seeds" and (k != "tools" or v)},
         n=n,
         budgets=plan.budgets,
         seed=seed,
