@@ -72,6 +72,7 @@ def test_a_served_scripted_agent_plays_the_episodes_it_plays_in_process(scripted
     assert all("search" in e.actions for e in served.episodes if e.budget)
 
 
+@pytest.mark.slow
 def test_a_served_model_that_writes_no_calls_still_ends_its_episodes(tiny_checkpoint):
     """A random model never writes a call: each turn is an invalid action, and episodes end."""
     tasks = gym.make("BridgeQA-v0").unwrapped.tasks[:2]
