@@ -25,6 +25,7 @@ that cannot be pickled is dropped, and a warning names its key once).
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import multiprocessing
 import os
@@ -173,6 +174,7 @@ def _die_with(parent: int) -> None:
 def _serve(conn: Connection, runner: EnvRunner, top_budget: int, parent: int) -> None:
     """A worker's loop: make its own base env, then answer the rollout's requests in order."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the rollout's to handle
+    faulthandler.disable()  # an env's crash is recorded as an env failure, not dumped to stderr
     _die_with(parent)
     base = None
     envs: dict[int, Any] = {}
