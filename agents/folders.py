@@ -91,10 +91,12 @@ def claim_folder(folder: str | Path, kind: str, flag: str = "--out") -> None:
     for parent in (folder, *folder.parents):
         if parent.exists():
             if not parent.is_dir():
-                inside = "" if parent == folder else f" ({parent} is a file)"
-                raise FolderKindError(
-                    f"{flag} {folder} is a file, not a folder{inside}; choose another {flag}"
+                what = (
+                    "is a file, not a folder"
+                    if parent == folder
+                    else (f"cannot be a folder: {parent} is a file")
                 )
+                raise FolderKindError(f"{flag} {folder} {what}; choose another {flag}")
             break
     found = folder_kind(folder)
     if found is not None and found != kind:

@@ -38,7 +38,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from passkt.agents.folders import MARKER, claim_folder, mark_folder
+from passkt.agents.folders import MARKER, FolderKindError, claim_folder, mark_folder
 from passkt.agents.preflight import missing_top, remove_created
 from passkt.agents.run_lock import LOCK_FILE, RunLock
 from passkt.eval.chunk_digests import (
@@ -149,6 +149,11 @@ def _differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> lis
 # ---------------------------------------------------------------------- reading
 
 
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    """A run's checked manifest, without reading its records (the error names the file)."""
+    return _read_manifest(Path(directory))
+
+
 def _read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST_FILE
     if path.exists() and not path.is_file():
@@ -159,7 +164,7 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
         raise RunDirError(f"{directory} is not a passkt run directory (no {MANIFEST_FILE})")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RunDirError(f"{path}: not valid JSON ({e}); the manifest is corrupt") from e
     # Runs made before per-sample seeding have no "seeding" key; they resume seeded per chunk.
     missing = [k for k in (*MATCH_KEYS, "num_chunks") if k not in manifest and k != "seeding"]
@@ -476,7 +481,10 @@ class RunStore:
             passkt.agents.run_lock.RunLockedError: another process is writing the directory.
         """
         directory = Path(directory)
-        claim_folder(directory, "eval-run")
+        try:
+            claim_folder(directory, "eval-run")
+        except FolderKindError as e:
+            raise RunDirError(str(e)) from None
         created = missing_top(directory)
         _check_out_dir(directory)
         lock = RunLock.acquire(directory)
