@@ -18,6 +18,7 @@ cheap (no model is loaded, no file is written) and raises ``ValueError`` (or
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import itertools
 import math
@@ -33,16 +34,26 @@ from passkt.agents.specs import parse_spec, resolve_factory
 __all__ = [
     "DTYPES",
     "MAX_BUDGET",
+    "MAX_RESAMPLES",
+    "MAX_SEED",
+    "MAX_THREADS",
     "check_device",
     "check_dtype",
     "check_grid",
     "check_number",
     "check_policy_spec",
     "check_resume",
+    "finite_float",
+    "int_in",
     "missing_top",
     "nothing_to_resume",
     "parse_grid",
+    "positive_float",
     "remove_created",
+    "resamples",
+    "seed_int",
+    "threads_count",
+    "unit_float",
 ]
 
 MAX_BUDGET = 1000
@@ -120,8 +131,11 @@ def check_grid(values: Iterable[int], flag: str, *, maximum: int | None = None) 
 
 def parse_grid(text: str, flag: str, *, maximum: int | None = None) -> tuple[int, ...]:
     """Parse ``0,1,2,3,5`` (``check_grid``); the error names ``flag`` and the bad text."""
+    parts = text.replace(" ", "").split(",")
+    if text.strip() and not all(parts):  # "0,,1" is a typo, not the grid 0,1
+        raise ValueError(f"{flag} has an empty item: {text!r}; give e.g. {flag} 0,1,2,3,5")
     try:
-        values = [int(part) for part in text.replace(" ", "").split(",") if part]
+        values = [int(part) for part in parts if part]
     except ValueError:
         raise ValueError(
             f"{flag} must be comma-separated integers, e.g. {flag} 0,1,2,3,5; got {text!r}"
@@ -234,3 +248,64 @@ def remove_created(directory: Path, top: Path | None, lock_name: str = "writer.l
             return
         if path == top:
             return
+
+
+# ---------------------------------------------------------------------- argparse types
+
+MAX_THREADS = 1024
+"""Bound of ``--threads``: more than any machine has cores (a typo, not a wish)."""
+MAX_RESAMPLES = 1_000_000
+"""Bound of ``--n-boot`` and ``power --sims``: a million resamples pin a 95% interval's ends to
+about 0.0005; more only spends memory (``--n-boot 1e12`` would ask for terabytes)."""
+MAX_SEED = 2**32 - 1
+"""Seeds are non-negative and fit numpy's ``SeedSequence`` words."""
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """An ``argparse`` type for an integer in ``[low, high]``: sizes get documented bounds, so a
+    typo (``0``, twenty digits) is refused at once instead of hanging or allocating terabytes."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer in [{low}, {high}], got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def unit_float(text: str) -> float:
+    """An ``argparse`` type for a level or a power: a finite number strictly between 0 and 1."""
+    value = finite_float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """An ``argparse`` type for a finite number (``nan`` and ``inf`` parse, but mean nothing)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An ``argparse`` type for a finite number > 0."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+threads_count = int_in(1, MAX_THREADS)
+seed_int = int_in(0, MAX_SEED)
+resamples = int_in(1, MAX_RESAMPLES)

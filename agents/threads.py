@@ -66,8 +66,8 @@ def apply_threads(threads: int | None = None, *, jobs: int = 1) -> int:
     torch reads when it starts), so commands that never load torch do not pay for importing it.
     Without ``threads``, a count the user already put in ``OMP_NUM_THREADS`` is kept.
     """
-    if threads is not None and threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {threads}")
+    if threads is not None and not 1 <= threads <= 1024:
+        raise ValueError(f"--threads must be in 1..1024, got {threads}")
     if threads is None:
         preset = os.environ.get("OMP_NUM_THREADS", "")
         threads = int(preset) if preset.isdigit() and int(preset) > 0 else threads_per_job(jobs)

@@ -10,6 +10,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.preflight import (
+    MAX_RESAMPLES,
+    finite_float,
+    int_in,
+    resamples,
+    seed_int,
+    unit_float,
+)
 from passkt.eval.cli import _positive_int
 from passkt.eval.estimator import default_ks, pass_at_k_array
 from passkt.eval.power import (
@@ -56,37 +64,48 @@ def add_parser(subparsers: Any) -> None:
         help="a finished base evaluation (run directory); several: independently pretrained "
         "bases of one recipe on the same problems, for the seed-level test's power (--delta)",
     )
-    p.add_argument("--delta", type=float, help="the change of pass@(k, T) to detect, e.g. 0.04")
+    p.add_argument(
+        "--delta", type=finite_float, help="the change of pass@(k, T) to detect, e.g. 0.04"
+    )
     p.add_argument("--problems", type=_positive_int, help="find the smallest change P detects")
     p.add_argument("--loss", action="store_true", help="with --problems: the smallest loss")
     p.add_argument("--k", type=_positive_int, help="k of pass@k (default n: the boundary)")
-    p.add_argument("--T", dest="budget", type=int, help="the budget T (default the largest)")
-    p.add_argument("--level", type=float, default=0.05, help="significance level (0.05)")
-    p.add_argument("--power", type=float, default=0.8, help="the wanted power (0.8)")
     p.add_argument(
-        "--samples", type=_positive_int, help="samples per problem of the planned study (n)"
+        "--T", dest="budget", type=int_in(0, 1000), help="the budget T (default the largest)"
     )
-    p.add_argument("--sims", type=_positive_int, default=DEFAULT_SIMS, help="simulated studies")
+    p.add_argument("--level", type=unit_float, default=0.05, help="significance level (0.05)")
+    p.add_argument("--power", type=unit_float, default=0.8, help="the wanted power (0.8)")
+    p.add_argument(
+        "--samples",
+        type=int_in(1, 10_000),
+        help="samples per problem of the planned study (n, to 10,000)",
+    )
+    p.add_argument(
+        "--sims",
+        type=resamples,
+        default=DEFAULT_SIMS,
+        help=f"simulated studies (1 to {MAX_RESAMPLES:,})",
+    )
     p.add_argument(
         "--spread",
-        type=float,
+        type=finite_float,
         help="several runs: the standard deviation of the replicates' true changes (e.g. a "
         "pilot's per-replicate changes, as its summary prints them) for the realistic "
         "seed-level power beside the equal-change upper bound",
     )
     p.add_argument(
         "--replicates",
-        type=_positive_int,
+        type=int_in(1, 1000),
         help="several runs: the (base, trained) pairs the planned study has, cycling through "
-        "the runs given (default one per run)",
+        "the runs given (1 to 1000; default one per run)",
     )
     p.add_argument(
         "--seeds-for",
-        type=float,
+        type=unit_float,
         metavar="POWER",
         help="with --spread: also the fewest replicates (3..16) that reach this power",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the simulation")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the simulation (>= 0)")
     p.set_defaults(func=run_power)
 
 

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from passkt.agents.preflight import int_in, positive_float
 from passkt.study import gpu_plan, keep, pipeline, sweep
 from passkt.study.profile import StudyError, known_profiles, resolve
 from passkt.study.stages import STAGES
@@ -91,8 +92,12 @@ def add_parser(subparsers: Any) -> None:
     check.add_argument(
         "profile", metavar="PROFILE", help=f"{', '.join(known_profiles())} or PATH.toml"
     )
-    check.add_argument("--gpus", type=int, required=True, help="GPUs of the machine")
-    check.add_argument("--gpu-memory", type=float, default=80.0, metavar="GB", help="per GPU (80)")
+    check.add_argument(
+        "--gpus", type=int_in(1, 1024), required=True, help="GPUs of the machine (to 1024)"
+    )
+    check.add_argument(
+        "--gpu-memory", type=positive_float, default=80.0, metavar="GB", help="per GPU (80)"
+    )
     check.add_argument(
         "--sharding",
         choices=("ddp", "zero3", "fsdp"),

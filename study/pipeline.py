@@ -31,7 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from passkt.agents.preflight import MAX_THREADS, int_in, threads_count
 from passkt.agents.threads import apply_threads, threads_per_job
+from passkt.eval.cli import _positive_int
 from passkt.study.profile import (
     StudyError,
     known_profiles,
@@ -87,14 +89,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="train / evaluate only this method (rft: the on-policy control, if the profile's "
         "methods list it)",
     )
-    p.add_argument("--jobs", type=int, default=1, help="units run at once (subprocesses)")
     p.add_argument(
-        "--threads", type=int, help="torch threads here (--jobs gives each unit cores // jobs)"
+        "--jobs", type=int_in(1, 256), default=1, help="units run at once (subprocesses, to 256)"
+    )
+    p.add_argument(
+        "--threads",
+        type=threads_count,
+        help=f"torch threads here, to {MAX_THREADS} (--jobs gives each unit cores // jobs)",
     )
     p.add_argument("--only", help="run just this unit of the stage (as --jobs does)")
-    p.add_argument("--limit-eval", type=int, help="override limit_eval (eval problems)")
-    p.add_argument("--limit-train", type=int, help="override limit_train (training problems)")
-    p.add_argument("--n", type=int, help="override eval.n (samples per problem and T)")
+    p.add_argument("--limit-eval", type=_positive_int, help="override limit_eval (eval problems)")
+    p.add_argument(
+        "--limit-train", type=_positive_int, help="override limit_train (training problems)"
+    )
+    p.add_argument(
+        "--n", type=int_in(1, 10_000), help="override eval.n (samples per problem and T, to 10,000)"
+    )
     p.add_argument(
         "--set",
         action="append",

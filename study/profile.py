@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 from passkt.agents.folders import FolderKindError, claim_folder, mark_folder
 from passkt.agents.preflight import MAX_BUDGET, check_grid
 from passkt.agents.train.config import GRPOConfig, SFTConfig
-from passkt.envs.contract import import_modules
+from passkt.envs.contract import import_modules, resolve_env_id
 from passkt.study.testbed.pretrain import PretrainConfig
 
 if sys.version_info >= (3, 11):
@@ -199,9 +200,22 @@ def _positive_int(value: Any, name: str, where: str) -> int:
     return value
 
 
+def _check_finite(value: Any, name: str, where: str) -> None:
+    """Refuse ``nan`` and ``inf`` anywhere in a profile (``--set eval.temperature=nan`` parses,
+    but no setting can take it, and JSON would store it as a non-standard ``NaN``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise StudyError(f"{where}: {name} must be a finite number, got {value!r}")
+    items = value.items() if isinstance(value, Mapping) else []
+    for key, item in items:
+        _check_finite(item, f"{name}.{key}" if name else str(key), where)
+    for i, item in enumerate(value if isinstance(value, list) else []):
+        _check_finite(item, f"{name}[{i}]", where)
+
+
 def check(profile: Mapping[str, Any], where: str) -> None:
     """Raise a ``StudyError`` naming the first bad key of a resolved profile."""
     _check_tree(profile, DEFAULTS, where)
+    _check_finite(profile, "", where)
     imports = profile["imports"]
     if not isinstance(imports, list) or not all(isinstance(m, str) for m in imports):
         raise StudyError(f"{where}: imports must be a list of module names")
@@ -224,9 +238,18 @@ def check(profile: Mapping[str, Any], where: str) -> None:
         if not isinstance(env, dict) or not isinstance(env.get("id"), str):
             raise StudyError(f"{where}: category {cat!r} needs [env.{cat}] with id = ENV_ID")
         _check_keys(env, {"id": 0, "kwargs": 0}, f"{where} [env.{cat}]")
+        try:  # every category's env, before the first stage writes anything
+            resolve_env_id(env["id"])
+        except ValueError as e:
+            raise StudyError(f"{where} [env.{cat}]: {str(e).splitlines()[0]}") from e
     seeds = profile["seeds"]
-    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
-        raise StudyError(f"{where}: seeds must be a non-empty list of distinct integers")
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):
+        raise StudyError(f"{where}: seeds must be a non-empty list of distinct integers >= 0")
     _check_base(profile["base"], where)
     if profile["base"].get("per_seed"):
         own = profile["base"]["pretrain"].get("seed", PretrainConfig.seed)

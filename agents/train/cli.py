@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import typing
 from pathlib import Path
 from typing import Any, Literal
 
 from passkt.agents.folders import claim_folder
-from passkt.agents.preflight import check_resume
+from passkt.agents.preflight import check_resume, int_in, positive_float
 from passkt.agents.specs import parse_env_kwargs
 from passkt.agents.train import versions
 from passkt.agents.train.config import GRPOConfig, SFTConfig, TrainConfig, field_docs, plain
@@ -100,14 +101,14 @@ def add_plan_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--world-size",
-        type=int,
+        type=int_in(1, 4096),
         metavar="N",
         help="training processes to check for (default: $WORLD_SIZE, set by torchrun and "
         "accelerate launch, else 1); a vLLM server's GPUs are not counted",
     )
     parser.add_argument(
         "--gpu-memory",
-        type=float,
+        type=positive_float,
         metavar="GB",
         help="memory of each GPU to check against (default: the visible GPU's, else unchecked)",
     )
@@ -165,12 +166,17 @@ def _converter(kind: Any, name: str) -> Any:
         if optional and text.lower() in ("none", "null"):
             return None
         try:
-            return base(text)
+            value = base(text)
         except ValueError:
+            value = None
+        if value is None or (base is float and not math.isfinite(value)):
+            # nan and inf parse as floats but no setting can take them.
+            finite = "a finite " if base is float else ""
             raise argparse.ArgumentTypeError(
-                f"--{name.replace('_', '-')} expects {getattr(base, '__name__', base)}"
+                f"--{name.replace('_', '-')} expects {finite}{getattr(base, '__name__', base)}"
                 f"{' or none' if optional else ''}, got {text!r}"
-            ) from None
+            )
+        return value
 
     return convert
 

@@ -302,6 +302,7 @@ class GRPOConfig(TrainConfig):
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 to compare samples, got {self.group_size}")
         _positive(self, "tasks_per_step", "num_iterations")
+        _at_most(self, MAX_EPISODES, "group_size", "tasks_per_step")
         if not 0 <= self.clip_low < 1:
             raise ValueError(f"clip_low must be in [0, 1), got {self.clip_low}")
         if self.clip_high < 0:
@@ -376,6 +377,7 @@ class SFTConfig(TrainConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         _positive(self, "batch_size", "self_samples", "self_keep")
+        _at_most(self, MAX_EPISODES, "batch_size", "self_samples")
         if self.expert not in ("oracle", "self") and not self.expert.startswith("py:"):
             raise ValueError(
                 f"expert must be 'oracle', 'self' or py:MODULE:FACTORY (your own agent), got "
@@ -405,6 +407,18 @@ def policy_path(spec: str) -> str:
 def rollout_backend(spec: str) -> str:
     """``"lean"`` when a ``policy`` field asks for the lean decoding loop, else ``"hf"``."""
     return "lean" if spec.partition(":")[0] == "lean" else "hf"
+
+
+MAX_EPISODES = 4096
+"""Bound of the per-step sizes (``group_size``, ``tasks_per_step``, ``batch_size``,
+``self_samples``): past it a step would not fit any machine, and a typo would load the model and
+run until killed instead of failing at once."""
+
+
+def _at_most(config: object, bound: int, *names: str) -> None:
+    for name in names:
+        if getattr(config, name) > bound:
+            raise ValueError(f"{name} must be at most {bound}, got {getattr(config, name)}")
 
 
 def _positive(config: object, *names: str) -> None:

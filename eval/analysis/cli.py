@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from passkt.agents.folders import claim_folder, mark_folder
+from passkt.agents.preflight import int_in, resamples, unit_float
 from passkt.envs.contract import import_modules
 from passkt.eval.analysis.common import load_runs
 from passkt.eval.analysis.diversity import diversity_markdown, query_overlap, strategy_diversity
@@ -111,10 +112,12 @@ def _cmd_diversity(args: argparse.Namespace) -> int:
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", type=int, metavar="T", help="the T to analyze (default: largest)")
+    p.add_argument(
+        "--budget", type=int_in(0, 1000), metavar="T", help="the T to analyze (default: largest)"
+    )
     p.add_argument("--out", metavar="DIR", help="output folder (default: RUN_DIR/analysis)")
-    p.add_argument("--n-boot", type=_positive_int, default=1000, help="bootstrap resamples")
-    p.add_argument("--level", type=float, default=0.95, help="confidence level")
+    p.add_argument("--n-boot", type=resamples, default=1000, help="bootstrap resamples (to 1e6)")
+    p.add_argument("--level", type=unit_float, default=0.95, help="confidence level, in (0, 1)")
     p.add_argument("--partial", action="store_true", help="analyze the finished part of a run")
     p.add_argument(
         "--import",

@@ -147,7 +147,13 @@ class PretrainConfig:
             raise ValueError(f"stop_step must be in 1..max_steps, got {self.stop_step}")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ValueError(f"max_minutes must be > 0 or None, got {self.max_minutes}")
+        for name in ("seed", "world_seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.threads is not None and not 1 <= self.threads <= 1024:
+            raise ValueError(f"threads must be in 1..1024 or None, got {self.threads}")
         object.__setattr__(self, "guided_rates", tuple(float(r) for r in self.guided_rates))
+        self.corpus_config()  # its own checks, here: before the run's folder is made
 
     def corpus_config(self) -> CorpusConfig:
         """The corpus this run trains on."""

@@ -131,7 +131,7 @@ def test_several_bases_give_the_seed_level_power(base_run, tmp_path, capsys):
         ([], "give --delta"),
         (["--delta", "0.1", "--k", "9"], "--k 9 is more than"),
         (["--delta", "0.1", "--T", "4"], "T = 4 was not evaluated"),
-        (["--delta", "0.1", "--power", "2"], "power must"),
+        (["--delta", "0.1", "--power", "2"], "--power: expected a number in (0, 1)"),
     ],
 )
 def test_bad_requests_are_one_line(base_run, capsys, args, message):
