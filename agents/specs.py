@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import json
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,9 +89,10 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
     module_name, _, name = target.rpartition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
+    except (Exception, SystemExit) as e:  # a user module may raise anything, even exit
         raise ValueError(
-            f"policy {spec!r}: cannot import module {module_name!r} ({e}); put it on PYTHONPATH "
+            f"policy {spec!r}: cannot import module {module_name!r} ({type(e).__name__}: {e}); "
+            "put it on PYTHONPATH "
             "(the CLI also looks in the current directory)"
         ) from e
     factory = getattr(module, name, None)
@@ -121,10 +124,11 @@ def load_policy(
             context = PolicyContext(tasks=tuple(tasks or ()))
         try:
             policy = resolve_factory(spec)(context, **options)
-        except TypeError as e:  # not a factory of this shape (py:os:system), or a bug inside it
+        except (Exception, SystemExit) as e:  # a wrong shape (py:os:system), a bug, an exit
             raise ValueError(
                 f"policy {spec!r}: calling {target.rpartition(':')[2]}(context, **options) failed "
-                f"({e}); a py: factory takes a PolicyContext and the policy options"
+                f"({type(e).__name__}: {e}); a py: factory takes a PolicyContext and the policy "
+                "options"
             ) from e
         if not callable(getattr(policy, "generate", None)):
             raise ValueError(
@@ -132,6 +136,7 @@ def load_policy(
                 "generate(conversations, params) method (see passkt.agents.policy.Policy)"
             )
         return policy
+    _check_options(spec, kind, target, options)
     if kind == "hf" and options.get("device") in (None, "cpu"):
         # On a CPU the lean loop keeps each episode's KV cache between turns and is faster at
         # every batch size; it samples with HFPolicy's own code, and other models fall back.
@@ -144,6 +149,7 @@ def load_policy(
         policy = VLLMPolicy(target, **options)
     elif kind == "openai":
         url, _, model = target.partition("#")
+        _check_url(spec, url)
         policy = OpenAIPolicy(url, model, **options)
     elif target == "oracle":
         if tasks is None:
@@ -152,6 +158,35 @@ def load_policy(
     else:
         policy = HeuristicPolicy(**options)
     return policy
+
+
+def _check_url(spec: str, url: str) -> None:
+    """Refuse a URL whose host or port cannot be read (``http://[::1``), in one line, before a
+    client tries it and fails deep inside its retries."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (reading it validates it)
+    except ValueError as e:
+        raise ValueError(f"policy {spec!r}: the URL {url!r} is malformed ({e})") from None
+    if not parts.hostname:
+        raise ValueError(f"policy {spec!r}: the URL {url!r} names no host")
+
+
+def _check_options(spec: str, kind: str, target: str, options: dict[str, Any]) -> None:
+    """Refuse options the backend's constructor does not take, naming them, before it runs (a
+    misspelled ``--policy-options`` key would otherwise be a ``TypeError`` deep in a backend)."""
+    backends = {"hf": (LeanPolicy, HFPolicy), "lean": (LeanPolicy,), "vllm": (VLLMPolicy,)}
+    backends["openai"] = (OpenAIPolicy,)
+    classes = backends.get(kind) or ((OraclePolicy,) if target == "oracle" else (HeuristicPolicy,))
+    signatures = [inspect.signature(cls.__init__).parameters.values() for cls in classes]
+    closed = [ps for ps in signatures if not any(p.kind is p.VAR_KEYWORD for p in ps)]
+    if not closed:  # every constructor forwards **kwargs: it checks them itself
+        return
+    taken = {p.name for ps in closed for p in ps if p.kind is not p.VAR_POSITIONAL}
+    unknown = sorted(set(options) - taken)
+    if unknown:
+        known = ", ".join(sorted(taken - {"self", "model", "tasks", "base_url"})) or "(none)"
+        raise ValueError(f"policy {spec!r} takes no option {', '.join(unknown)}; it takes {known}")
 
 
 def _split_top_level(text: str) -> list[str]:

@@ -247,10 +247,10 @@ def import_modules(names: Sequence[str], flag: str = "--import") -> None:
     for name in names:
         try:
             importlib.import_module(name)
-        except ImportError as e:
+        except (Exception, SystemExit) as e:  # a user module may raise anything, even exit
             raise EnvContractError(
-                f"{flag} {name}: cannot import module {name!r} ({e}); make sure it is on "
-                "PYTHONPATH (the CLI also looks in the current directory)"
+                f"{flag} {name}: cannot import module {name!r} ({type(e).__name__}: {e}); "
+                "make sure it is on PYTHONPATH (the CLI also looks in the current directory)"
             ) from e
 
 

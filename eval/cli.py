@@ -24,7 +24,18 @@ from typing import Any, NoReturn
 from passkt.agents.env_workers import DEFAULT_STEP_TIMEOUT
 from passkt.agents.folders import claim_folder
 from passkt.agents.policy import SamplingParams
-from passkt.agents.preflight import MAX_BUDGET, check_resume, parse_grid
+from passkt.agents.preflight import (
+    MAX_BUDGET,
+    MAX_RESAMPLES,
+    MAX_THREADS,
+    check_resume,
+    int_in,
+    parse_grid,
+    resamples,
+    seed_int,
+    threads_count,
+    unit_float,
+)
 from passkt.agents.redact import RedactingFilter, redact
 from passkt.agents.rollout import MAX_ENV_WORKERS
 from passkt.agents.specs import parse_env_kwargs, parse_spec
@@ -36,7 +47,7 @@ from passkt.eval.estimator import reliability_surface
 from passkt.eval.evaluate import DEFAULT_BUDGETS, env_info, evaluate
 from passkt.eval.manifest import MANIFEST_FILE
 from passkt.eval.reports import Report, write_comparison, write_report
-from passkt.eval.store import read_env_failures
+from passkt.eval.store import read_env_failures, read_manifest
 from passkt.eval.tables import surface_markdown
 
 __all__ = [
@@ -342,8 +353,29 @@ def _dir_list(text: str | None) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()] if text else []
 
 
+ENV_SETTINGS = ("env_id", "env_kwargs")
+"""What makes two runs' problems the same: compared runs must agree on these."""
+
+
+def check_same_envs(runs: Sequence[str | Path]) -> None:
+    """Refuse runs made with different env settings, naming the setting and both values: their
+    tasks share ids but not questions, so a paired comparison would compare unlike problems."""
+    first = read_manifest(runs[0])
+    for run in runs[1:]:
+        other = read_manifest(run)
+        for key in ENV_SETTINGS:
+            if first.get(key) != other.get(key):
+                raise ValueError(
+                    f"{run} was made with {key} {other.get(key)!r}, {runs[0]} with "
+                    f"{first.get(key)!r}; compare runs of one env setting, or pass "
+                    "--allow-different-envs"
+                )
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     ks = parse_int_list(args.ks, "--ks") if args.ks is not None else None
+    if len(args.runs) >= 2 and not args.allow_different_envs:
+        check_same_envs([*args.runs, *_dir_list(args.repeats), *_dir_list(args.peers)])
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     out = args.out
     if out is None:  # next to the reference run, never into the current directory
@@ -433,7 +465,10 @@ def _add_eval(subparsers: Any) -> None:
     p.add_argument("--top-p", type=_finite_float, default=1.0)
     p.add_argument("--max-new-tokens", type=_positive_int, default=256, help="per turn")
     p.add_argument(
-        "--seed", type=int, default=0, help="run seed (each task's sample seeds derive from it)"
+        "--seed",
+        type=seed_int,
+        default=0,
+        help="run seed, >= 0 (each task's sample seeds derive from it)",
     )
     p.add_argument(
         "--device",
@@ -518,9 +553,12 @@ def _add_stats_options(p: argparse.ArgumentParser) -> None:
         "bootstrap over problems",
     )
     p.add_argument(
-        "--n-boot", type=_positive_int, default=1000, help="resamples of --method bootstrap"
+        "--n-boot",
+        type=resamples,
+        default=1000,
+        help=f"resamples of --method bootstrap (1 to {MAX_RESAMPLES:,})",
     )
-    p.add_argument("--level", type=_finite_float, default=0.95, help="confidence level")
+    p.add_argument("--level", type=unit_float, default=0.95, help="confidence level, in (0, 1)")
 
 
 def _add_report(subparsers: Any) -> None:
@@ -554,7 +592,9 @@ def _add_compare(subparsers: Any) -> None:
     )
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="RUN_A (reference) RUN_B ...")
     p.add_argument("--names", metavar="A,B,...", help="run names (default: from the manifests)")
-    p.add_argument("--budget", type=int, help="T of the boundary sets (default: largest shared)")
+    p.add_argument(
+        "--budget", type=int_in(0, 1000), help="T of the boundary sets (default: largest shared)"
+    )
     p.add_argument(
         "--out", metavar="DIR", help="default compare-<time> next to RUN_A (in its parent folder)"
     )
@@ -582,6 +622,11 @@ def _add_compare(subparsers: Any) -> None:
         type=_positive_int,
         metavar="K",
         help="the k of pass^k in the boundary-and-reliability table (default min(8, n))",
+    )
+    p.add_argument(
+        "--allow-different-envs",
+        action="store_true",
+        help="compare runs made with different env ids or env kwargs (refused by default)",
     )
     _add_stats_options(p)
     p.set_defaults(func=_cmd_compare)
@@ -621,9 +666,10 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
     parser.add_argument(
         "--threads",
-        type=_positive_int,
-        help="torch threads (default: the cores this process may use, from its CPU affinity and "
-        "cgroup quota, divided among the torchrun ranks of this machine; or OMP_NUM_THREADS)",
+        type=threads_count,
+        help=f"torch threads, 1 to {MAX_THREADS} (default: the cores this process may use, from "
+        "its CPU affinity and cgroup quota, divided among the torchrun ranks of this machine; "
+        "or OMP_NUM_THREADS)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_eval(subparsers)
@@ -673,10 +719,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
 
-    apply_threads(args.threads, jobs=int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     try:
+        # Inside: a subcommand's own --threads (testbed pretrain) lands in args.threads too.
+        apply_threads(args.threads, jobs=int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
         return int(args.func(args) or 0)
-    except (PassktError, ValueError, FileNotFoundError) as e:
+    except (PassktError, ValueError, FileNotFoundError, FileExistsError) as e:
         if args.traceback:
             raise
         _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
