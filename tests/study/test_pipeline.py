@@ -604,8 +604,9 @@ def test_per_seed_bases_train_and_compare_each_replicate_from_its_own_pretrainin
     text = (out / "report/report.md").read_text()
     assert "## Seed-level verdicts" in text and "no verdict" in text
     overlap = counts["overlap"]
-    assert set(overlap) == {"eval", "train"} and 0 <= overlap["eval"]["question"] <= 1
-    assert "pretraining episodes asked about" in (out / "report/summary.md").read_text()
+    assert set(overlap) == {"eval", "train", "eval_train"} and 0 <= overlap["eval"]["question"] <= 1
+    assert set(overlap["eval_train"]) == {"question", "chain", "fact", "answer"}
+    assert "Against the base's pretraining episodes:" in (out / "report/summary.md").read_text()
     copy = tmp_path / "copy"
     shutil.copytree(out / "report/data", copy / "data")
     cli = [sys.executable, "-m", "passkt", "study", "report", str(copy)]
