@@ -13,11 +13,11 @@ setup:  ## install everything (torch 2.13 first, so the install below keeps that
 demo:  ## the main job: PASS@(k,T) of the heuristic agent on synthetic BridgeQA (`passkt eval`)
 	$(PY) -m passkt eval
 
-test:  ## the whole suite (slow tests included), as CI runs it
-	$(PY) -m pytest
+test:  ## the whole suite (slow tests included), as CI runs it, on two cores (pytest-xdist)
+	$(PY) -m pytest -n 2
 
 test-fast:
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow" -n 2
 
 lint:
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
