@@ -268,6 +268,7 @@ class OpenAIPolicy:
                 )
         self.base_url, self.model = base_url, model
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
+        self._retry_warned = False
         self.logprobs, self.concurrency, self.token_ids = logprobs, concurrency, token_ids
         self.spec = f"openai:{base_url}#{model}"  # the spec load_policy parses
         self.shown_url = redact(base_url)
@@ -356,7 +357,11 @@ class OpenAIPolicy:
         for attempt in range(self.max_retries + 1):
             if attempt:
                 delay = self.backoff * 2 ** (attempt - 1)
-                logger.warning("retrying %s in %.2f s after: %s", self.shown_url, delay, failure)
+                # once per policy: concurrent requests retrying together would repeat it
+                log = logger.debug if self._retry_warned else logger.warning
+                self._retry_warned = True
+                log("retrying %s in %.2f s after: %s (further retries are logged at debug level)",
+                    self.shown_url, delay, failure)  # fmt: skip
                 time.sleep(delay)
             try:
                 return self.client.chat.completions.create(**kwargs)

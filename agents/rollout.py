@@ -58,6 +58,7 @@ from passkt.agents.policy import (
 )
 from passkt.agents.progress import progress_bar
 from passkt.envs.contract import AgentInterface, EnvContract
+from passkt.envs.errors import PassktError, PolicyError
 
 logger = logging.getLogger(__name__)
 
@@ -649,16 +650,30 @@ def _generate(
     params: SamplingParams,
     token_policy: bool,
 ) -> list[Completion]:
-    if token_policy:
-        prompts = [item.episode.token_ids + item.pending_ids for item in live]
-        completions = policy.generate_ids(prompts, params)  # type: ignore[attr-defined]
-    else:
-        completions = policy.generate([item.episode.messages for item in live], params)
-    if len(completions) != len(live):
-        raise RuntimeError(
-            f"{type(policy).__name__}.generate returned {len(completions)} completions for "
-            f"{len(live)} conversations (expected one each with params.n=1)."
+    name = type(policy).__name__
+    try:
+        if token_policy:
+            prompts = [item.episode.token_ids + item.pending_ids for item in live]
+            completions = policy.generate_ids(prompts, params)  # type: ignore[attr-defined]
+        else:
+            completions = policy.generate([item.episode.messages for item in live], params)
+    except PassktError:
+        raise
+    except Exception as error:  # the agent's own code: one line, --traceback for the rest
+        text = str(error).splitlines()[0] if str(error) else ""
+        raise PolicyError(f"{name}.generate raised {type(error).__name__}: {text}") from error
+    if not isinstance(completions, (list, tuple)) or len(completions) != len(live):
+        got = len(completions) if isinstance(completions, (list, tuple)) else type(completions)
+        raise PolicyError(
+            f"{name}.generate returned {got!r} for {len(live)} conversations (expected a list "
+            "of one Completion each with params.n=1)."
         )
+    for completion in completions:
+        if not isinstance(getattr(completion, "text", None), str):
+            raise PolicyError(
+                f"{name}.generate returned a {type(completion).__name__}, not a "
+                "passkt.agents.policy.Completion (with its text)"
+            )
     return completions
 
 

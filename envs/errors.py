@@ -48,3 +48,8 @@ class MissingDependencyError(PassktError, ImportError):
         super().__init__(
             f"{package} is not installed. Install it with: pip install 'passkt[{extra}]'"
         )
+
+
+class PolicyError(PassktError, RuntimeError):
+    """A policy's ``generate`` raised, or returned something other than one completion per
+    conversation: the agent's code failed, not passkt's (one line; ``--traceback`` for more)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from passkt.agents.folders import claim_folder, mark_folder
-from passkt.agents.preflight import int_in, resamples, unit_float
+from passkt.agents.preflight import check_device, check_dtype, int_in, resamples, unit_float
 from passkt.envs.contract import import_modules
 from passkt.eval.analysis.common import load_runs
 from passkt.eval.analysis.diversity import diversity_markdown, query_overlap, strategy_diversity
@@ -50,6 +50,9 @@ def _write(out: Path, stem: str, markdown: str, data: dict[str, Any]) -> list[Pa
 
 def _cmd_ppl(args: argparse.Namespace) -> int:
     import_modules(args.imports or ())
+    check_device(args.device, "--device")  # before the run is read or the model loaded
+    check_dtype(args.dtype, "--dtype")
+    claim_folder(Path(args.out) if args.out else Path(args.run_dir) / "analysis", "analysis")
 
     result = run_perplexity(
         args.run_dir,

@@ -196,3 +196,61 @@ def test_sampling_params_refuse_non_finite_or_negative_temperature(temperature):
 
     with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
         SamplingParams(temperature=temperature)
+
+
+class _Broken:
+    """An agent whose code fails in each way a user's can."""
+
+    def __init__(self, how):
+        self.how = how
+
+    def generate(self, conversations, params):
+        from passkt.agents.policy import Completion
+
+        if self.how == "raises":
+            raise ZeroDivisionError("division by zero in the agent")
+        if self.how == "too few":
+            return [Completion("<answer>x</answer>")][: len(conversations) - 1]
+        if self.how == "strings":
+            return ["<answer>x</answer>"] * len(conversations)
+        return None
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("raises", "_Broken.generate raised ZeroDivisionError: division by zero in the agent"),
+        ("too few", "_Broken.generate returned 0 for 1 conversations"),
+        ("strings", "_Broken.generate returned a str, not a passkt.agents.policy.Completion"),
+        ("none", "_Broken.generate returned <class 'NoneType'> for 1 conversations"),
+    ],
+)
+def test_an_agent_whose_generate_fails_is_a_policy_error_naming_it(how, message):
+    from passkt.envs.errors import PolicyError
+
+    with pytest.raises(PolicyError) as error:
+        rollout(_Broken(how), "BridgeQA-v0", ["syn-bridge-h2-000000"], n=1, budgets=(1,))
+    assert message in str(error.value)
+
+
+def test_the_cli_says_one_line_and_leaves_nothing_when_an_agent_raises(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "broken_agent.py").write_text(
+        "class Agent:\n"
+        "    def generate(self, conversations, params):\n"
+        "        raise KeyError('no such thing')\n"
+        "def make(context):\n"
+        "    return Agent()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "passkt", "eval", "--policy", "py:broken_agent:make", "--limit",
+         "1", "--n", "1", "--no-progress", "--out", "run"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    *announced, line = done.stderr.strip().splitlines()
+    assert announced == ["passkt: run directory run"]  # the run had started
+    assert line == "passkt: error: Agent.generate raised KeyError: 'no such thing'"
+    assert not (tmp_path / "run").exists()  # no chunk finished: nothing is left behind

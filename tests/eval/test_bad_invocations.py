@@ -146,6 +146,12 @@ OTHER_ROWS: list[tuple[list[str], str]] = [
     (["analyze", "diversity", "nonexistent"], "nonexistent"),
     (["analyze", "diversity", "empty", "--budget", "x"], "'x'"),
     (["analyze", "ppl", "nonexistent", "--model", "hf:/nonexistent/model"], "nonexistent"),
+    *(
+        [(["analyze", "ppl", "empty", "--model", f"hf:{MODEL}", "--device", "cuda:3"], "cuda:3")]
+        if NO_CUDA
+        else []
+    ),
+    (["analyze", "ppl", "empty", "--model", f"hf:{MODEL}", "--dtype", "fp9"], "'fp9'"),
     (["bogus-command"], "bogus-command"),
 ]
 
