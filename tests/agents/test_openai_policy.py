@@ -133,6 +133,19 @@ def test_persistent_failures_give_up_with_the_status(fresh_server, conversations
         policy(fresh_server, max_retries=1).generate(conversations[:1], SamplingParams())
 
 
+def test_concurrent_retries_warn_once(conversations, caplog):
+    """Every row of a batch failing and retrying against a dead server: one warning, then the
+    error (not one warning per row and retry)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dead = OpenAIPolicy(f"http://127.0.0.1:{port}/v1", "tiny", max_retries=3, backoff=0.01)
+    with caplog.at_level("DEBUG", logger="passkt"), pytest.raises(ServerRequestError):
+        dead.generate(conversations[:4], SamplingParams())
+    retries = [r for r in caplog.records if r.getMessage().startswith("retrying")]
+    assert len(retries) >= 3 and [r.levelname for r in retries].count("WARNING") == 1
+
+
 def test_timeout_gives_a_clear_error(fresh_server, conversations):
     control(fresh_server, delay_next=1, delay_seconds=2.0)
     slow = policy(fresh_server, timeout=0.3, max_retries=0)
