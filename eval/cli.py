@@ -17,7 +17,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -356,6 +356,21 @@ def _dir_list(text: str | None) -> list[str]:
 ENV_SETTINGS = ("env_id", "env_kwargs")
 """What makes two runs' problems the same: compared runs must agree on these."""
 
+FORMAT_KWARGS = frozenset({"protocol"})
+"""Env kwargs that change how the agent acts (tags or tool calls), not the problems: runs that
+differ only in them compare the same problems."""
+
+
+def _env_setting(manifest: Mapping[str, Any], key: str) -> Any:
+    """``env_id`` as registered (``module:Env-v0`` and ``Env-v0`` name one env), ``env_kwargs``
+    without the action format."""
+    value = manifest.get(key)
+    if key == "env_id" and isinstance(value, str):
+        return value.rpartition(":")[2]
+    if key == "env_kwargs" and isinstance(value, Mapping):
+        return {k: v for k, v in value.items() if k not in FORMAT_KWARGS}
+    return value
+
 
 def check_same_envs(runs: Sequence[str | Path]) -> None:
     """Refuse runs made with different env settings, naming the setting and both values: their
@@ -364,7 +379,7 @@ def check_same_envs(runs: Sequence[str | Path]) -> None:
     for run in runs[1:]:
         other = read_manifest(run)
         for key in ENV_SETTINGS:
-            if first.get(key) != other.get(key):
+            if _env_setting(first, key) != _env_setting(other, key):
                 raise ValueError(
                     f"{run} was made with {key} {other.get(key)!r}, {runs[0]} with "
                     f"{first.get(key)!r}; compare runs of one env setting, or pass "
