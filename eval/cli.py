@@ -12,7 +12,6 @@ import argparse
 import datetime as _dt
 import importlib
 import logging
-import math
 import os
 import re
 import sys
@@ -29,8 +28,10 @@ from passkt.agents.preflight import (
     MAX_RESAMPLES,
     MAX_THREADS,
     check_resume,
+    finite_float,
     int_in,
     parse_grid,
+    positive_float,
     resamples,
     seed_int,
     threads_count,
@@ -181,21 +182,8 @@ def _parse_limit(text: str) -> int | None:
     return value
 
 
-def _finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _finite_float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
+_finite_float = finite_float  # the argparse types every command shares (passkt.agents.preflight)
+_positive_float = positive_float
 
 
 def _positive_int(text: str) -> int:
