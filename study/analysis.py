@@ -193,7 +193,7 @@ def make_analysis(study: Study, cat: str, seed: int) -> dict[str, Any]:
     if study.has_tools(cat):
         text, result["diversity"], result["overlap"] = _diversity(study, runs, seed, t_max)
         (out / "diversity.md").write_text(text, encoding="utf-8")
-    text, result["perplexity"] = _perplexity(study, runs, seed, t_max)
+    text, result["perplexity"] = _perplexity(study, runs, cat, seed, t_max)
     (out / "perplexity.md").write_text(text, encoding="utf-8")
     (out / "analysis.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return {"T_max": t_max, "perplexity_of": sorted(result["perplexity"])}
@@ -232,11 +232,11 @@ def _diversity(study: Study, runs: dict[str, Path], seed: int, t_max: int) -> tu
     return diversity_markdown(diversities, overlaps), summary, overlap_summary
 
 
-def _perplexity(study: Study, runs: dict[str, Path], seed: int, t_max: int) -> tuple:
+def _perplexity(study: Study, runs: dict[str, Path], cat: str, seed: int, t_max: int) -> tuple:
     """The base model's perplexity of each chosen run's successful trajectories, by segment."""
 
     settings, stats = study.profile["analyze"], study.profile["stats"]
-    scorer_spec = f"hf:{study.base_model(study.base_of(seed))}"
+    scorer_spec = f"hf:{study.base_model(study.base_of(seed), cat)}"
     model = tokenizer = None
     parts, summary = [], {}
     for role in settings["perplexity_of"]:

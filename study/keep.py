@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from passkt.agents.folders import mark_folder
+from passkt.study.calibrate import CALIBRATION_FILE, read_points
 from passkt.study.profile import PROFILE_FILE, StudyError, claim
 from passkt.study.report import read_timings, study_data
-from passkt.study.stages import Study, read_done
+from passkt.study.stages import Study, calibrator_of, read_done
 from passkt.study.summary import DATA_DIR, write_data
+from passkt.study.testbed.pretrain import STEPS_DIR, kept_step_dir
 
 STATE_DIR = "state"
 ANALYSIS_DIR = "analysis"
@@ -67,13 +69,21 @@ def export(study: Study, to: Path) -> dict[str, Any]:
                 _copy_tree(folder / "checkpoint", state / folder.name / "checkpoint")
                 for path in folder.glob("*.json*"):
                     _copy_file(path, state / folder.name / path.name)
+                for step in _candidate_steps(study, pretrain_seed):
+                    kept_dir = kept_step_dir(folder, step)
+                    _copy_tree(kept_dir, state / study.relative(kept_dir))
                 kept.append(f"{folder.name} (unfinished)")
             continue
         done = read_done(folder, "base")
         # an earlier piece kept this base's unfinished pretraining: the model replaces it
         shutil.rmtree(state / folder.name / "checkpoint", ignore_errors=True)
-        if done.get("in_study"):  # a pretrained base: its model travels with the state
-            _copy_tree(study.out / done["model"], state / done["model"])
+        shutil.rmtree(state / folder.name / STEPS_DIR, ignore_errors=True)
+        models = {c["model"] for c in done.get("calibrated", {}).values()}
+        if done.get("in_study"):  # a pretrained base: its model (or chosen steps) travel along
+            for model in sorted(models or {done["model"]}):
+                _copy_tree(study.out / model, state / model)
+        if (folder / CALIBRATION_FILE).is_file():
+            _copy_file(folder / CALIBRATION_FILE, state / folder.name / CALIBRATION_FILE)
         _copy_file(folder / "done.json", state / folder.name / "done.json")
         kept.append(folder.name)
     analyses = []
@@ -88,6 +98,19 @@ def export(study: Study, to: Path) -> dict[str, Any]:
             analyses.append(f"{cat}-s{seed}")
     runs = {cat: [r.name for r in spec["runs"]] for cat, spec in data.categories.items()}
     return {"evaluations": runs, "bases": kept, "analyses": analyses}
+
+
+def _candidate_steps(study: Study, pretrain_seed: int | None) -> list[int]:
+    """The kept steps of an unfinished calibrated pretraining that the rule may still choose:
+    each category's current choice and every kept step not yet evaluated (a later choice is
+    never an earlier step than the current one, so the others need not travel)."""
+    if not study.calibrates:
+        return []
+    calibrator = calibrator_of(study, pretrain_seed)
+    steps = set(calibrator.kept_steps(10**12))
+    evaluated = {p.step for points in read_points(calibrator.folder).values() for p in points}
+    current = {c["step"] for c in calibrator.choices(final=False).values()}
+    return sorted((steps - evaluated) | (current & steps))
 
 
 def restore(source: Path, out: Path) -> list[str]:

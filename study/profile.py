@@ -74,6 +74,8 @@ DEFAULTS: dict[str, Any] = {
     "rft": {},
     "train": {"backend": "passkt", "trl": {}},
     "stats": {"n_boot": 1000, "level": 0.95, "margin": 0.0},
+    "calibrate": {"every": 0, "from_step": 0, "n": 64, "limit": 100, "seed": 0},
+    "post_hoc": [],
     "analyze": {
         "perplexity_of": ["RL"],
         "perplexity_limit": 0,
@@ -274,6 +276,7 @@ def check(profile: Mapping[str, Any], where: str) -> None:
     except ValueError as e:
         raise StudyError(f"{where}: {e}") from e
     _check_targets(profile, where)
+    _check_calibrate(profile, where)
     methods = profile["methods"]
     if not {"sft", "grpo"} <= set(methods) or not set(methods) <= set(METHODS):
         raise StudyError(
@@ -332,6 +335,36 @@ def _check_targets(profile: Mapping[str, Any], where: str) -> None:
     trials = profile["lr_trials"]
     if not isinstance(trials, list) or not all(isinstance(t, str) for t in trials):
         raise StudyError(f"{where}: lr_trials must be a list of sentences")
+
+
+def _check_calibrate(profile: Mapping[str, Any], where: str) -> None:
+    """``[calibrate]``: the base-choosing rule of ``passkt.study.calibrate`` (every = 0: off)."""
+    notes = profile["post_hoc"]
+    if not isinstance(notes, list) or not all(isinstance(t, str) for t in notes):
+        raise StudyError(f"{where}: post_hoc must be a list of sentences")
+    cal = profile["calibrate"]
+    for key in ("every", "from_step", "seed"):
+        if not isinstance(cal[key], int) or isinstance(cal[key], bool) or cal[key] < 0:
+            raise StudyError(f"{where}: calibrate.{key} must be an integer >= 0")
+    if not cal["every"]:
+        return
+    _positive_int(cal["n"], "calibrate.n", where)
+    _positive_int(cal["limit"], "calibrate.limit", where)
+    pretrain = profile["base"].get("pretrain")
+    if pretrain is None:
+        raise StudyError(f"{where}: calibrate.every needs a pretrained base ([base] pretrain)")
+    save_every = int(pretrain.get("save_every", PretrainConfig.save_every))
+    if cal["every"] % save_every:
+        raise StudyError(
+            f"{where}: calibrate.every ({cal['every']}) must be a multiple of "
+            f"base.pretrain.save_every ({save_every}), so a resumed pretraining skips no step"
+        )
+    missing = [c for c in profile["categories"] if "pass_n" not in profile["targets"].get(c, {})]
+    if missing:
+        raise StudyError(
+            f"{where}: calibrate.every needs targets.<cat>.pass_n for every category; "
+            f"missing for {', '.join(missing)}"
+        )
 
 
 def _check_base(base: Mapping[str, Any], where: str) -> None:

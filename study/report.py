@@ -97,6 +97,7 @@ def study_data(study: Study, *, finished_only: bool = False) -> StudyData:
             "runs": runs,
             "overlap": _overlap(study, cat),
             "targets": study.profile.get("targets", {}).get(cat),
+            **_design(study, cat, finished_only),
         }
     return StudyData(
         study.profile["name"],
@@ -106,6 +107,41 @@ def study_data(study: Study, *, finished_only: bool = False) -> StudyData:
         read_timings(study.out),
         study.profile["stats"].get("margin") or None,
     )
+
+
+def _design(study: Study, cat: str, finished_only: bool) -> dict[str, Any]:
+    """What the summary's design table and regime table are made from: each trained policy's
+    resolved config (``configs``, from its training's done.json), the training problems, the
+    base each replicate's calibration chose (``calibration``) and the choices the profile lists
+    as made after reading data (``post_hoc``)."""
+    out: dict[str, Any] = {"train_ids": study.task_ids(cat, "train")}
+    configs = {}
+    for method in study.profile["methods"]:
+        for seed in study.seeds:
+            done = study.train_dir(method, cat, seed) / "done.json"
+            if done.is_file():
+                record = json.loads(done.read_text(encoding="utf-8"))
+                if "config" in record:
+                    config = dict(record["config"])
+                    same = config.pop("task_ids") == out["train_ids"]
+                    config["task_ids"] = "splits train" if same else config["task_ids"]
+                    configs[f"{ROLES[method]}-s{seed}"] = {**config, "steps_run": record["steps"]}
+    if configs:
+        out["configs"] = configs
+    calibration = {}
+    for seed in study.seeds[:1] if not study.per_seed else study.seeds:
+        done = study.base_folder(study.base_of(seed)) / "done.json"
+        if done.is_file():
+            chosen = json.loads(done.read_text(encoding="utf-8")).get("calibrated", {}).get(cat)
+            if chosen:
+                key = str(SHARED if not study.per_seed else seed)
+                calibration[key] = {k: v for k, v in chosen.items() if k != "model"}
+                calibration[key]["problems"] = len(study.task_ids(cat, "calibration"))
+    if calibration:
+        out["calibration"] = calibration
+    if study.profile.get("post_hoc"):
+        out["post_hoc"] = list(study.profile["post_hoc"])
+    return out
 
 
 def _overlap(study: Study, cat: str) -> dict[str, dict[str, float]] | None:

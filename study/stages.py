@@ -33,6 +33,7 @@ from passkt.agents.train.plan import Launch, PlanError, check_plan
 from passkt.envs.contract import task_records
 from passkt.eval.estimator import default_ks
 from passkt.eval.evaluate import env_info, evaluate
+from passkt.study.calibrate import Calibrator
 from passkt.study.facts import asked_facts
 from passkt.study.profile import StudyError, trainer_fields
 from passkt.study.testbed.pretrain import PretrainConfig, pretrain
@@ -73,6 +74,11 @@ class Study:
 
     def eval_dir(self, cat: str, role: str, seed: int | None = None) -> Path:
         return self.out / "eval" / cat / (role if seed is None else f"{role}-seed{seed}")
+
+    @property
+    def calibrates(self) -> bool:
+        """``[calibrate]`` is on: each base is chosen per category by ``passkt.study.calibrate``."""
+        return bool(self.profile.get("calibrate", {}).get("every"))
 
     @property
     def per_seed(self) -> bool:
@@ -177,8 +183,14 @@ class Study:
         path = self.splits_dir(cat) / f"{part}.txt"
         return [line for line in path.read_text(encoding="utf-8").splitlines() if line]
 
-    def base_model(self, pretrain_seed: int | None = None) -> str:
-        return self._model(read_done(self.base_folder(pretrain_seed), "base"))
+    def base_model(self, pretrain_seed: int | None = None, cat: str | None = None) -> str:
+        """The base of a pretraining seed; with ``[calibrate]``, the checkpoint the rule chose
+        for category ``cat``."""
+        done = read_done(self.base_folder(pretrain_seed), "base")
+        if cat is not None and cat in done.get("calibrated", {}):
+            chosen = done["calibrated"][cat]
+            return self._model({"model": chosen["model"], "in_study": True})
+        return self._model(done)
 
     def trained_model(self, method: str, cat: str, seed: int) -> str:
         return self._model(read_done(self.train_dir(method, cat, seed), "train"))
@@ -270,6 +282,11 @@ def make_splits(study: Study, cat: str) -> dict[str, Any]:
             )
         chosen[part], tools = list(tasks[:limit]), info.has_tools
     _check_disjoint(cat, chosen["eval"], chosen["train"])
+    if study.calibrates:
+        limit = study.profile["calibrate"]["limit"]
+        chosen["calibration"] = _calibration_tasks(
+            cat, env_id, kwargs, chosen, limit, fact_disjoint
+        )
     folder = study.splits_dir(cat)
     folder.mkdir(parents=True, exist_ok=True)
     for part, tasks in chosen.items():
@@ -280,8 +297,37 @@ def make_splits(study: Study, cat: str) -> dict[str, Any]:
         "has_tools": tools,
         "eval": len(chosen["eval"]),
         "train": len(chosen["train"]),
+        **({"calibration": len(chosen["calibration"])} if "calibration" in chosen else {}),
         **({"fact_disjoint": True} if fact_disjoint else {}),
     }
+
+
+def _calibration_tasks(
+    cat: str, env_id: str, kwargs: dict[str, Any], chosen: dict[str, list], limit: int, facts: bool
+) -> list:
+    """The calibration split (``passkt.study.calibrate``): test problems after the evaluation
+    problems that share no question with the evaluation or fine-tuning problems and, with
+    ``fact_disjoint``, ask none of their facts, so choosing a base on them reads neither."""
+    info = env_info(env_id, kwargs, "test")
+    tasks = task_records(info.contract, "test", None) if info.contract else list(info.tasks)
+    used = chosen["eval"] + chosen["train"]
+    ids = {t.task_id for t in chosen["eval"]}
+    questions = {getattr(t, "question", None) for t in used} - {None}
+    asked = set().union(*(asked_facts(t) for t in used)) if facts else set()
+    tasks = [
+        t
+        for t in tasks
+        if t.task_id not in ids
+        and getattr(t, "question", None) not in questions
+        and not asked_facts(t) & asked
+    ]
+    if len(tasks) < limit:
+        raise StudyError(
+            f"category {cat}: the test split of {env_id} ({kwargs}) has {len(tasks)} tasks apart "
+            f"from the evaluation and fine-tuning problems, fewer than calibrate.limit = {limit}; "
+            "lower it or give the env more tasks"
+        )
+    return tasks[:limit]
 
 
 def _check_disjoint(cat: str, eval_tasks: list, train_tasks: list) -> None:
@@ -322,13 +368,68 @@ def make_base(study: Study, pretrain_seed: int | None = None) -> dict[str, Any]:
     if pretrain_seed is not None:
         fields.update(seed=pretrain_seed, output_dir=str(study.floor_base_dir(pretrain_seed)))
     config = PretrainConfig.from_dict(fields)
-    result = pretrain(config, resume=True)
-    return {
+    calibrator = calibrator_of(study, pretrain_seed) if study.calibrates else None
+    keep = study.profile["calibrate"]["every"] if calibrator else None
+    result = pretrain(config, resume=True, keep_every=keep, on_keep=calibrator)
+    done = {
         "model": study.relative(result.model_dir),
         "in_study": True,
         "steps": result.steps,
         "metrics": result.last_metrics,
     }
+    if calibrator is not None:
+        end = config.stop_step or config.max_steps
+        chosen = calibrator.choices(final=result.steps >= end)
+        folder = study.base_folder(pretrain_seed)
+        for cat, choice in chosen.items():
+            if choice["step"] is None:
+                raise StudyError(
+                    f"{folder}: no kept step from calibrate.from_step on was evaluated for "
+                    f"category {cat}; lower calibrate.from_step or raise the pretraining's steps"
+                )
+            choice["model"] = study.relative(folder / choice["model"])
+        done["calibrated"] = chosen
+    return done
+
+
+def calibrator_of(study: Study, pretrain_seed: int | None) -> Calibrator:
+    """The calibration hook of one base: its kept steps on each category's calibration split,
+    at the category's largest T, with the profile's calibration sample size and seed."""
+    cal, ev = study.profile["calibrate"], study.profile["eval"]
+    folder = study.base_folder(pretrain_seed)
+    params = SamplingParams(
+        temperature=ev["temperature"],
+        top_p=ev["top_p"],
+        top_k=ev["top_k"],
+        max_new_tokens=ev["max_new_tokens"],
+    )
+
+    def run(cat: str, step: int, model: Path) -> Any:
+        env_id, kwargs = study.env(cat)
+        ids = study.task_ids(cat, "calibration")
+        budget = max(study.budgets(cat))
+        out = evaluate(
+            env_id,
+            f"{ev['backend']}:{model}",
+            env_kwargs=kwargs,
+            n=cal["n"],
+            budgets=[budget],
+            ks=(1, cal["n"]),
+            split="test",
+            task_ids=ids,
+            out_dir=folder / "calibration" / cat / f"step-{step}",
+            resume=True,
+            seed=cal["seed"],
+            params=params,
+            chunk_tasks=ev["chunk_tasks"] or None,
+            policy_options=ev["options"],
+            name=f"{folder.name} step {step} (calibration)",
+            progress=False,
+        )
+        return out.outcomes.correct[:, :, 0].sum(axis=1)
+
+    targets = {cat: study.profile["targets"][cat] for cat in study.categories}
+    return Calibrator(folder, targets, from_step=cal["from_step"], n=cal["n"], evaluate=run)
 
 
 # ---------------------------------------------------------------------- evaluation
@@ -350,7 +451,7 @@ def make_eval(
 
     ev = study.profile["eval"]
     if role == "base":
-        model = study.base_model(pretrain_seed)
+        model = study.base_model(pretrain_seed, cat)
         out_dir = study.base_eval_dirs(cat, pretrain_seed)[repeat]
         name = base_name(pretrain_seed, repeat)
     else:
@@ -404,7 +505,7 @@ def train_config(study: Study, method: str, cat: str, seed: int) -> Any:
     return cls.from_dict(
         {
             **fields,
-            "policy": f"{backend}:{study.base_model(study.base_of(seed))}",
+            "policy": f"{backend}:{study.base_model(study.base_of(seed), cat)}",
             "env_id": env_id,
             "env_kwargs": kwargs,
             "imports": tuple(study.profile["imports"]),
@@ -442,8 +543,11 @@ def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, A
         except NoSuccessfulSamples as e:
             # SFT on no data leaves the base as it is: the control is the base itself (and the
             # report says so: 0 steps, no data), rather than a stage that can never finish.
-            base = read_done(study.base_folder(study.base_of(seed)), "base")
-            named = {key: base[key] for key in ("model", "in_study") if key in base}
+            base = study.base_model(study.base_of(seed), cat)
+            named = {"model": base}  # a base given as a model name
+            if Path(base).resolve().is_relative_to(study.out.resolve()):
+                named = {"model": study.relative(base), "in_study": True}
+            named["config"] = resolved_config(study, config)
             return {**named, "steps": 0, "last_metrics": {}, "no_data": str(e)}
     else:
         result = train(config, resume=True)
@@ -455,7 +559,21 @@ def make_training(study: Study, method: str, cat: str, seed: int) -> dict[str, A
         "in_study": True,
         "steps": result.steps,
         "last_metrics": result.last_metrics,
+        "config": resolved_config(study, config),
     }
+
+
+def resolved_config(study: Study, config: Any) -> dict[str, Any]:
+    """What a trained policy was trained with, as the summary's design table shows it: the
+    trainer's resolved fields (the base and output folders relative to the study, the training
+    problems as their split file names them)."""
+    fields = json.loads(json.dumps(config.to_dict(), default=str))
+    fields["task_ids"] = list(fields.get("task_ids") or ())
+    fields["output_dir"] = study.relative(config.output_dir)
+    kind, _, model = str(fields.get("policy", "")).partition(":")
+    if model and Path(model).resolve().is_relative_to(study.out.resolve()):
+        fields["policy"] = f"{kind}:{study.relative(model)}"
+    return fields
 
 
 def floor_names(study: Study, cat: str, seed: int | None = None) -> list[str]:

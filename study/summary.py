@@ -47,6 +47,7 @@ from passkt.study.counts import (
     read_data,
     write_data,
 )
+from passkt.study.design import calibration_figure, design_section, regime_section
 
 __all__ = [
     "DATA_DIR",
@@ -890,7 +891,9 @@ def make_summary(data: StudyData, out: Path) -> Path:
                 rows,
             )
         )
-        parts.append(_targets_line(spec))
+        curve = calibration_figure(spec, out / "figures" / f"calibration-{cat}.png")
+        regime = regime_section(spec, curve and curve.relative_to(out).as_posix())
+        parts.append(regime or _targets_line(spec))
         parts.append(_power_line(data, cat, spec, realistic[cat]))
         parts.append(_overlap_line(spec))
         parts.append(f"### T explained (T_max = {t_max})\n")
@@ -899,6 +902,7 @@ def make_summary(data: StudyData, out: Path) -> Path:
         parts.append(_change_section(data, spec))
         figure = _figure(data, cat, spec, out / "figures" / f"summary-{cat}.png")
         parts.append(f"![seed-level change vs T, {cat}]({figure.relative_to(out).as_posix()})\n")
+    parts += [section for section in (design_section(data),) if section]
     parts.append(_cost_section(data))
     path = out / SUMMARY_FILE
     path.write_text("\n".join(parts), encoding="utf-8")

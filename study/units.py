@@ -34,7 +34,15 @@ def stage_units(study: Study, stage: str) -> list[Unit]:
         return [Unit(c, study.splits_dir(c), lambda c=c: make_splits(study, c)) for c in cats]
     if stage == "base":
         return [
-            Unit(study.base_folder(p).name, study.base_folder(p), lambda p=p: make_base(study, p))
+            Unit(
+                study.base_folder(p).name,
+                study.base_folder(p),
+                lambda p=p: make_base(study, p),
+                # a calibrated base reads every category's calibration split
+                tuple(("splits", study.splits_dir(c)) for c in study.categories)
+                if study.calibrates
+                else (),
+            )
             for p in study.bases()
         ]
     if stage == "eval-base":

@@ -11,6 +11,8 @@ AdamW (warm-up, cosine decay) on packed blocks of documents. It writes, under ``
 - ``metrics.jsonl``: ``loss/all`` and ``loss/assistant`` (token NLL over all tokens and over the
   agent's own tokens), ``lr``, ``tokens/s`` ... every ``log_every`` steps, and ``eval/...`` on
   held-out documents every ``eval_every`` steps;
+- ``steps/step-N/``: the model at every ``keep_every``-th step, when :func:`pretrain` is asked
+  to keep them (the study's calibration reads these; ``on_keep`` may end the run at one);
 - ``corpus.npz`` and ``pretrain_config.json``;
 - ``environment.jsonl``: one line per start or resume (its step, torch threads, package versions
   and git commit), so two pretrainings of one config that differ can be told apart. A config and
@@ -38,6 +40,7 @@ import logging
 import math
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -58,6 +61,7 @@ CHECKPOINT_DIR = "checkpoint"
 METRICS_FILE = "metrics.jsonl"
 CORPUS_FILE = "corpus.npz"
 CONFIG_FILE = "pretrain_config.json"
+STEPS_DIR = "steps"
 ENVIRONMENT_FILE = "environment.jsonl"
 _RUNTIME_FIELDS = ("max_minutes", "stop_step", "threads", "progress", "save_every", "log_every")
 _RUNTIME_FIELDS += ("eval_every",)
@@ -455,12 +459,28 @@ def _open_metrics(out: Path, start: int) -> Any:
     return path.open("a")
 
 
-def pretrain(config: PretrainConfig, *, resume: bool = False) -> PretrainResult:
+def kept_step_dir(output_dir: str | Path, step: int) -> Path:
+    """Where :func:`pretrain` keeps the model of step ``step`` (``keep_every``)."""
+    return Path(output_dir) / STEPS_DIR / f"step-{step}"
+
+
+def pretrain(
+    config: PretrainConfig,
+    *,
+    resume: bool = False,
+    keep_every: int | None = None,
+    on_keep: Callable[[int, Path], bool] | None = None,
+) -> PretrainResult:
     """Pretrain a base policy (see the module docstring for what is written where).
 
     Args:
         config: The run.
         resume: Continue from ``output_dir/checkpoint`` (a fresh start if there is none).
+        keep_every: Keep the model of every such step in ``steps/step-N/`` (a multiple of
+            ``save_every``, so a resumed run never skips one).
+        on_keep: Called with (step, its folder) after each kept model, and once with the
+            resumed step before the first new step (folder None: nothing new was kept); True ends
+            the run there, as ``stop_step`` would. The study's calibration decides with it.
 
     Returns:
         Where the model is and the last metrics.
@@ -482,6 +502,10 @@ def pretrain(config: PretrainConfig, *, resume: bool = False) -> PretrainResult:
     _record_environment(out, start)
     metrics_file = _open_metrics(out, start)
     end = config.stop_step or config.max_steps
+    if keep_every is not None and (keep_every < 1 or keep_every % config.save_every):
+        raise ValueError(f"keep_every must be a multiple of save_every ({config.save_every})")
+    if on_keep is not None and on_keep(start, None):
+        end = start  # decided before this run: nothing more to train
     bar = progress_bar(total=end, initial=start, disable=not config.progress, desc="pretrain")
     began, window, window_start, last = time.perf_counter(), {}, time.perf_counter(), {}
     step = start
@@ -518,6 +542,11 @@ def pretrain(config: PretrainConfig, *, resume: bool = False) -> PretrainResult:
                 metrics_file.flush()
                 bar.set_postfix(loss=f"{last.get('loss/all', float('nan')):.3f}")
                 window, window_start = {}, time.perf_counter()
+            if keep_every is not None and step % keep_every == 0:
+                kept = save_checkpoint(model.eval(), tokenizer, kept_step_dir(out, step))
+                model.train()
+                if on_keep is not None and on_keep(step, kept) and not done:
+                    done, end = True, step
             if step % config.save_every == 0 or done:
                 _save(out, model, tokenizer, optimizer, step)
             if timed_out:
