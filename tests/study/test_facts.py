@@ -18,8 +18,8 @@ from passkt.study.stages import Study, make_splits
 ENVS = ["BridgeQA-v0", "ComparisonQA-v0", "Math-v0"]
 
 
-def _tasks(env_id, split):
-    return list(gym.make(env_id, split=split).unwrapped.tasks)
+def _tasks(env_id, split, **kwargs):
+    return list(gym.make(env_id, split=split, **kwargs).unwrapped.tasks)
 
 
 @pytest.mark.parametrize("env_id", ENVS)
@@ -78,3 +78,28 @@ def test_fact_disjoint_splits_share_no_fact_and_keep_the_eval_size(tmp_path):
 def test_too_few_fact_disjoint_problems_is_one_clear_error(tmp_path):
     with pytest.raises(StudyError, match="that ask no fine-tuning fact, fewer than limit_eval"):
         make_splits(_study(tmp_path, 999), "C")
+
+
+@pytest.mark.parametrize("name", ["calibrated"])
+def test_a_shipped_fact_disjoint_profile_asks_no_fine_tuning_fact(tmp_path, name):
+    """The study profiles that promise fact-disjoint splits keep it on their real splits: no
+    evaluation or calibration problem asks a fact a fine-tuning problem asks, and no calibration
+    problem one an evaluation problem asks."""
+    from passkt.study.pipeline import run, study_at
+
+    out = tmp_path / name
+    run(["splits", "--out", str(out), "--profile", name])
+    study = study_at(out, None)
+    assert study.profile["fact_disjoint"]
+    for cat in study.categories:
+        env_id, kwargs = study.env(cat)
+        by_split = {
+            split: {t.task_id: t for t in _tasks(env_id, split, **kwargs)}
+            for split in ("test", "train")
+        }
+        parts = {
+            part: [by_split[split][i] for i in study.task_ids(cat, part)]
+            for part, split in (("eval", "test"), ("calibration", "test"), ("train", "train"))
+        }
+        assert overlap(parts["eval"], parts["train"])["fact"] == 0.0
+        assert overlap(parts["calibration"], parts["train"] + parts["eval"])["fact"] == 0.0
