@@ -381,6 +381,11 @@ def make_base(study: Study, pretrain_seed: int | None = None) -> dict[str, Any]:
         end = config.stop_step or config.max_steps
         chosen = calibrator.choices(final=result.steps >= end)
         folder = study.base_folder(pretrain_seed)
+        if result.steps < end and not calibrator(result.steps):
+            raise StudyError(
+                f"{folder}: pretraining stopped at step {result.steps} (max_minutes?) before the "
+                "calibration decided every category; run the base stage again to resume it"
+            )
         for cat, choice in chosen.items():
             if choice["step"] is None:
                 raise StudyError(
