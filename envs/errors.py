@@ -53,3 +53,8 @@ class MissingDependencyError(PassktError, ImportError):
 class PolicyError(PassktError, RuntimeError):
     """A policy's ``generate`` raised, or returned something other than one completion per
     conversation: the agent's code failed, not passkt's (one line; ``--traceback`` for more)."""
+
+
+class EnvServerError(PassktError, ConnectionError):
+    """An env server (``passkt serve``) could not be reached, or answered a request with an
+    error; the message names the server's URL and what it said."""
