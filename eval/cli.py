@@ -79,6 +79,7 @@ _PLUGINS: dict[str, tuple[str, str]] = {
         "passkt.eval.cli_check_env",
         "inspect an env and step it with hostile text (crashes, hangs, exceptions)",
     ),
+    "serve": ("passkt.eval.cli_serve", "serve an env to OpenEnv's clients (HTTP and WebSocket)"),
 }
 """Subcommands that live in other modules: name -> (module with ``add_parser(subparsers)``, help).
 A module is imported only when its command runs, so the CLI starts fast and works without it."""

@@ -51,6 +51,7 @@ BASE: dict[str, list[str]] = {
     "analyze diversity": ["analyze", "diversity", "{run}", "{run2}", "--out", "new"],
     "power": ["power", "{run}", "--delta", "0.1"],
     "check-env": ["check-env", "BridgeQA-v0"],
+    "serve": ["serve", "BridgeQA-v0", "--port", "0"],
     "study run": ["study", "run", "tiny", "--out", "new"],
     "study report": ["study", "report", "{study}"],
     "study export": ["study", "export", "{study}", "--to", "new"],
@@ -164,12 +165,15 @@ def module_cases() -> list[Case]:
     cases = []
     for kind in MODULES:
         mod = f"fuzzmod_{kind}"
-        for command in ("eval", "train grpo", "train sft", "analyze diversity", "check-env"):
+        importing = ("eval", "train grpo", "train sft", "analyze diversity", "check-env", "serve")
+        for command in importing:
             cases.append(Case("module:--import", command, (*BASE[command], "--import", mod), mod))
         for command in ("eval", "train grpo", "train sft"):
             argv = (*BASE[command], "--env", f"{mod}:BridgeQA-v0")
             cases.append(Case("module:--env", command, argv, mod))
-        cases.append(Case("module:--env", "check-env", ("check-env", f"{mod}:BridgeQA-v0"), mod))
+        for command in ("check-env", "serve"):
+            argv = (command, f"{mod}:BridgeQA-v0")
+            cases.append(Case("module:--env", command, argv, mod))
         for command in ("eval",):
             argv = (*BASE[command], "--policy", f"py:{mod}:make")
             cases.append(Case("module:py:", command, argv, mod))

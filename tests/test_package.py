@@ -35,6 +35,21 @@ def test_importing_passkt_loads_no_torch_and_the_agents_no_study():
     assert loaded == ""
 
 
+def test_openenv_loads_only_for_a_served_env():
+    """openenv (an extra, about 4 s to import) loads with ``passkt serve`` and the client env,
+    not with the envs, the CLI or the help of ``passkt serve``."""
+    script = (
+        "import sys, passkt, passkt.envs\nfrom passkt.cli import main\n"
+        "for argv in (['--help'], ['serve', '--help']):\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        "sys.stderr.write(' '.join(m for m in sys.modules if m.split('.')[0] == 'openenv'))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert "serve an env to OpenEnv's clients" in done.stdout  # both helps were printed
+    assert "--max-sessions" in done.stdout
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-500:]
+
+
 def test_trainers_load_on_first_use():
     assert (
         _fresh("import passkt; print(passkt.train_grpo.__module__)") == "passkt.agents.train.grpo"
