@@ -127,7 +127,7 @@ def calibration_figure(spec: dict[str, Any], path: Path) -> Path | None:
     import matplotlib  # start-up cost: matplotlib, 0.35 s, for figures only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # start-up cost: matplotlib, as above
 
     targets = spec.get("targets") or {}
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
