@@ -16,6 +16,7 @@ from passkt.envs.contract import task_records
 from passkt.eval.evaluate import env_info
 from passkt.study import pipeline as study
 from passkt.study.facts import asked_facts
+from passkt.study.profile import StudyError
 
 pytestmark = pytest.mark.slow
 
@@ -122,3 +123,12 @@ def test_export_keeps_the_chosen_steps_and_the_summary_is_remade_from_data(finis
     passkt(["study", "restore", str(to), "--out", str(again)])
     ran = study.run(["base", "--out", str(again)]).ran["base"]
     assert ran == []  # the restored bases are finished: nothing pretrains again
+
+
+def test_a_pretraining_cut_short_before_the_rule_decides_is_no_finished_base(tmp_path):
+    out = tmp_path / "cut"
+    cut = ["--set", "base.pretrain.max_minutes=0.0001", "--set", "seeds=[0]"]
+    study.run(["splits", "--out", str(out), *SLICE, *cut])
+    with pytest.raises(StudyError, match=r"stopped at step \d+ .*before the calibration"):
+        study.run(["base", "--out", str(out)])
+    assert not (out / "base" / "done.json").exists()
