@@ -111,8 +111,13 @@ def regime_section(spec: dict[str, Any], figure: str | None = None) -> str:
             "Outside a target on at least one split: " + ", ".join(misses) + " (used as the rule "
             "chose them; never dropped).\n"
         )
-    else:
+    elif all(int(k) in bases for k in calibration):
         lines.append("Every base is inside every target on both splits.\n")
+    else:
+        lines.append(
+            "Every base is inside every target on the calibration split; the evaluation split "
+            "is read when the base evaluations finish.\n"
+        )
     if figure:
         lines.append(f"![calibration curves]({figure})\n")
     return "\n".join(lines)

@@ -833,6 +833,8 @@ def _cost_section(data: StudyData) -> str:
 
 def make_summary(data: StudyData, out: Path) -> Path:
     """Write ``out/summary.md`` and ``out/figures/summary-<cat>.png`` from ``data`` alone."""
+    waiting = {cat: spec for cat, spec in data.categories.items() if not spec["runs"]}
+    data = replace(data, categories={c: s for c, s in data.categories.items() if c not in waiting})
     found = verdicts(data)
     replicate = (
         "each replicate is its own pretraining of the base recipe and the policies trained from "
@@ -858,6 +860,8 @@ def make_summary(data: StudyData, out: Path) -> Path:
         parts.append(f"- {claim}")
     parts += [f"- {v.sentence(data.categories[v.cat]['env_id'])}" for v in found]
     parts += [f"- {sentence}" for sentence in change_sentences(data)]
+    if not claim and not found:
+        parts.append("- No verdict yet: no trained policy has been evaluated against its base.")
     parts.append("")
     for cat, spec in data.categories.items():
         parts.append(f"## {cat}: {spec['env_id']}\n")
@@ -902,6 +906,12 @@ def make_summary(data: StudyData, out: Path) -> Path:
         parts.append(_change_section(data, spec))
         figure = _figure(data, cat, spec, out / "figures" / f"summary-{cat}.png")
         parts.append(f"![seed-level change vs T, {cat}]({figure.relative_to(out).as_posix()})\n")
+    for cat, spec in waiting.items():  # a study in pieces: bases made, nothing evaluated yet
+        parts.append(f"## {cat}: {spec['env_id']}\n")
+        parts.append("No evaluation of this category has finished yet.\n")
+        curve = calibration_figure(spec, out / "figures" / f"calibration-{cat}.png")
+        parts.append(regime_section(spec, curve and curve.relative_to(out).as_posix()))
+        parts.append(_overlap_line(spec))
     parts += [section for section in (design_section(data),) if section]
     parts.append(_cost_section(data))
     path = out / SUMMARY_FILE

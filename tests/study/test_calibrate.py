@@ -129,3 +129,26 @@ def test_a_step_kept_but_not_evaluated_before_a_kill_is_evaluated_on_resume(tmp_
     assert hook.choices(final=True)["C"]["reason"].startswith("no kept step put the boundary")
     with pytest.raises(ValueError, match="keep_every must be a multiple of save_every"):
         pretrain(_config(tmp_path / "c"), keep_every=7)
+
+
+def test_a_study_with_bases_and_no_evaluation_yet_has_a_summary(tmp_path):
+    """A study in pieces exports its calibrated bases before anything is evaluated: the summary
+    then says there is no verdict yet and shows each base's calibration, read from data/."""
+    from passkt.study.counts import StudyData, read_data, write_data
+    from passkt.study.summary import make_summary
+
+    points = [[3000, 0.05, 0.41], [3500, 0.09, 0.63], [4000, 0.14, 0.77], [4500, 0.2, 0.86]]
+    choice = choose([Point(*p) for p in points], {"pass_n": [0.72, 0.82]}, final=False)
+    spec = {
+        "env_id": "BridgeQA-v0", "env_kwargs": {}, "task_ids": ["a", "b"], "budgets": [0, 5],
+        "runs": [], "targets": {"pass1": [0.28, 0.42], "pass_n": [0.72, 0.82]},
+        "calibration": {"0": {"step": choice.step, "reason": choice.reason, "points": points,
+                              "n": 64, "problems": 100}},
+    }  # fmt: skip
+    write_data(tmp_path / "data", StudyData("s", True, 0.95, {"C": spec}, [], 0.04))
+    text = make_summary(read_data(tmp_path / "data"), tmp_path).read_text()
+    assert "No verdict yet" in text and "No evaluation of this category has finished yet" in text
+    row = next(line for line in text.splitlines() if line.startswith("| base seed 0 |"))
+    assert "| 4000 |" in row and "0.140 (below)" in row and "0.770 (inside)" in row
+    assert "3000, 3500, 4000, 4500" in row
+    assert (tmp_path / "figures" / "calibration-C.png").is_file()
