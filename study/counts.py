@@ -44,6 +44,11 @@ IDENTITY_KEYS = ("env_id", "env_kwargs", "task_ids", "budgets")
 the targets, describes it and may be added by a newer export)."""
 
 
+PER_REPLICATE_KEYS = ("configs", "calibration")
+"""Descriptive keys kept per replicate (trained configs, each base's calibration): a piece that
+exports some seeds adds to them rather than replacing the other seeds'."""
+
+
 @dataclass(frozen=True)
 class RunCounts:
     """One evaluation, compactly: counts per problem and T among its n samples."""
@@ -157,6 +162,10 @@ def write_data(folder: Path, data: StudyData, *, merge: bool = False) -> Path:
                     f"{folder / 'study.json'}: category {cat} holds other problems "
                     "or another T grid than this study's; export to another folder"
                 )
+            if mine is not None:  # per-replicate records: an earlier piece's replicates stay
+                for key in PER_REPLICATE_KEYS:
+                    if key in same or key in mine:
+                        mine[key] = {**same.get(key, {}), **mine.get(key, {})}
             meta["categories"].setdefault(cat, same)  # descriptive keys: the newer export's
         kept = [json.dumps(t, sort_keys=True) for t in old.timings]
         lines = kept + [line for line in lines if line not in set(kept)]

@@ -19,8 +19,11 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -177,8 +180,55 @@ def test_the_env_contract_page_runs_as_written(tiny, tmp_path):
     lines = command_lines(DOCS)
     assert any(" train grpo " in line for line in lines)
     assert any(" train sft " in line for line in lines)
-    for line in lines:
-        argv = shlex.split(line.replace("hf:smollm2-135m-instruct", f"hf:{tiny}"))
-        quiet = [] if argv[1] == "check-env" else ["--no-progress"]  # it draws no bar
-        passkt(work, *argv[1:], *quiet)
+    assert any(line.startswith("passkt serve ") for line in lines)
+    ports: dict[str, str] = {}  # a documented port -> a free one here
+    servers: list[subprocess.Popen] = []
+    try:
+        for line in lines:
+            for documented, free in ports.items():
+                line = line.replace(f"127.0.0.1:{documented}", f"127.0.0.1:{free}")
+            argv = shlex.split(
+                line.replace("hf:smollm2-135m-instruct", f"hf:{tiny}"), comments=True
+            )
+            if argv[1] == "serve":  # a server runs until stopped: start it, go on when it answers
+                servers.append(serve_in_background(work, argv, ports))
+                continue
+            quiet = [] if argv[1] == "check-env" else ["--no-progress"]  # it draws no bar
+            passkt(work, *argv[1:], *quiet)
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=30)
     assert (work / "runs" / "grpo-eval" / "results.jsonl").is_file()
+    assert len(servers) == sum(line.startswith("passkt serve ") for line in lines)
+
+
+def serve_in_background(work: Path, argv: list[str], ports: dict[str, str]) -> subprocess.Popen:
+    """``passkt serve ...`` as documented, on a free port (recorded in ``ports``), once its
+    /health answers."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = str(probe.getsockname()[1])
+    where = argv.index("--port") + 1
+    ports[argv[where]], argv = free, [*argv[:where], free, *argv[where + 1 :]]
+    script = Path(sys.executable).with_name("passkt")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "passkt.eval.cli"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    log = work / f"serve-{free}.log"  # a file, not a pipe: a server's request log never blocks it
+    with log.open("w") as err:
+        server = subprocess.Popen(
+            [*command, *argv[1:]], cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=err
+        )
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy for 127.0.0.1
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"{' '.join(argv)} exited: {log.read_text()[-2000:]}")
+        try:
+            with direct.open(f"http://127.0.0.1:{free}/health", timeout=2) as reply:
+                if reply.status == 200:
+                    return server
+        except OSError:
+            time.sleep(0.5)
+    server.kill()
+    raise AssertionError(f"{' '.join(argv)} did not answer /health in 120 s")
