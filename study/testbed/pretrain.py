@@ -387,7 +387,11 @@ def _prepare(config: PretrainConfig, out: Path, start: int) -> tuple[Any, Any, C
     if start:
         tokenizer = AutoTokenizer.from_pretrained(checkpoint)
         model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
-        corpus = Corpus.load(out / CORPUS_FILE)
+        if (out / CORPUS_FILE).is_file():
+            corpus = Corpus.load(out / CORPUS_FILE)
+        else:  # a checkpoint kept without its corpus (study export): the same seeds rebuild it
+            corpus = build_corpus(config.corpus_config(), tokenizer, progress=False)
+            corpus.save(out / CORPUS_FILE)
     else:
         tokenizer = build_tokenizer(fit_vocabulary(fitting_texts(config.world_seed)))
         model = build_model(config.size, tokenizer, seed=config.seed)

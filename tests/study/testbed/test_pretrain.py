@@ -94,6 +94,7 @@ def test_resume_continues_exactly(tmp_path, monkeypatch):
     saved.write_text(json.dumps(old))
     with pytest.raises(ValueError, match="differs in \\['arithmetic_facts'\\]"):
         pretrain(_config(tmp_path / "b", max_steps=20, arithmetic_facts=5), resume=True)
+    (tmp_path / "b" / "run" / "corpus.npz").unlink()  # a study export keeps no corpus
     resumed = pretrain(config, resume=True)  # the missing field had its default: resumable
     assert resumed.steps == 20
     from transformers import AutoModelForCausalLM
