@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from passkt.agents.folders import mark_folder
-from passkt.study.calibrate import CALIBRATION_FILE, read_points
+from passkt.study.calibrate import CALIBRATION_FILE, choose, read_points
 from passkt.study.profile import PROFILE_FILE, StudyError, claim
 from passkt.study.report import read_timings, study_data
 from passkt.study.stages import Study, calibrator_of, read_done
@@ -108,9 +108,13 @@ def _candidate_steps(study: Study, pretrain_seed: int | None) -> list[int]:
         return []
     calibrator = calibrator_of(study, pretrain_seed)
     steps = set(calibrator.kept_steps(10**12))
-    evaluated = {p.step for points in read_points(calibrator.folder).values() for p in points}
+    points = read_points(calibrator.folder)
+    unread = set()  # steps an undecided category has still to read
+    for cat, target in calibrator.targets.items():
+        if not choose(points.get(cat, []), target, final=False).decided:
+            unread |= steps - {p.step for p in points.get(cat, [])}
     current = {c["step"] for c in calibrator.choices(final=False).values()}
-    return sorted((steps - evaluated) | (current & steps))
+    return sorted(unread | (current & steps))
 
 
 def restore(source: Path, out: Path) -> list[str]:
