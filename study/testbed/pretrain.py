@@ -362,8 +362,9 @@ def _start(config: PretrainConfig, out: Path, resume: bool) -> int:
     old = json.loads(saved_config.read_text())
     new = config.to_dict()
     defaults = PretrainConfig().to_dict()  # a field added since the run started: its default
+    moved = ("output_dir",)  # where the run is, not what it computes: a restored copy resumes
     changed = sorted(
-        k for k in new if k not in _RUNTIME_FIELDS and old.get(k, defaults[k]) != new[k]
+        k for k in new if k not in _RUNTIME_FIELDS + moved and old.get(k, defaults[k]) != new[k]
     )
     if changed:
         raise ValueError(

@@ -95,6 +95,9 @@ def test_resume_continues_exactly(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="differs in \\['arithmetic_facts'\\]"):
         pretrain(_config(tmp_path / "b", max_steps=20, arithmetic_facts=5), resume=True)
     (tmp_path / "b" / "run" / "corpus.npz").unlink()  # a study export keeps no corpus
+    (tmp_path / "b" / "run").rename(tmp_path / "b" / "moved")  # restored elsewhere
+    config = _config(tmp_path / "b", max_steps=20, save_every=10, log_every=5)
+    config = PretrainConfig(**{**config.to_dict(), "output_dir": str(tmp_path / "b" / "moved")})
     resumed = pretrain(config, resume=True)  # the missing field had its default: resumable
     assert resumed.steps == 20
     from transformers import AutoModelForCausalLM
@@ -103,9 +106,9 @@ def test_resume_continues_exactly(tmp_path, monkeypatch):
     b = AutoModelForCausalLM.from_pretrained(resumed.model_dir)
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(p, q)
-    lines = (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
+    lines = (tmp_path / "b" / "moved" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [5, 10, 15, 20]  # none lost, none twice
-    starts = (tmp_path / "b/run/environment.jsonl").read_text().splitlines()
+    starts = (tmp_path / "b/moved/environment.jsonl").read_text().splitlines()
     starts = [json.loads(x) for x in starts]
     assert [s["start_step"] for s in starts] == [0, 10]  # the crashed start, then the resume
     assert starts[-1]["versions"]["torch"] == importlib.metadata.version("torch")
