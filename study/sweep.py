@@ -7,7 +7,7 @@ recipe and one base recipe each: a size, a pretraining length, a pretraining see
 
 Per study, category and trained kind, the verdict at the boundary pass@(n, T_max) and at
 pass@(1, T_max) is the seed-level test the study's own ``summary.md`` prints
-(:func:`passkt.study.summary.verdicts`, from the study's ``report/data/`` when its report stage
+(:func:`passkt.study.claim.verdicts`, from the study's ``report/data/`` when its report stage
 ran, else from its evaluations): estimate [interval] and gain / loss / equivalent /
 inconclusive / not replicated. When a study trains every replicate from one base, its
 replicates are training seeds from that base, so its verdict speaks about that base only, not the
@@ -38,9 +38,10 @@ from typing import Any
 
 from passkt.eval.seeds import MIN_SEEDS
 from passkt.study import pipeline
+from passkt.study.claim import Verdict, verdicts
 from passkt.study.profile import StudyError
 from passkt.study.report import markdown_table, read_timings, stage_order, study_data
-from passkt.study.summary import DATA_DIR, DataError, StudyData, Verdict, read_data, verdicts
+from passkt.study.summary import DATA_DIR, DataError, StudyData, read_data
 
 TRAINED = ("SFT", "RL", "RFT")
 COLORS = {"SFT": "#3182bd", "RL": "#e6550d", "RFT": "#31a354"}
@@ -78,7 +79,7 @@ class Point:
     policy against its base, evaluation noise only; descriptive)."""
     verdicts: dict[str, dict[str, Verdict]] = field(default_factory=dict)
     """Trained kind -> ``{"boundary": ..., "pass@1": ...}``: the seed-level verdicts of
-    :func:`passkt.study.summary.verdicts` at pass@(n, T_max) and pass@(1, T_max)."""
+    :func:`passkt.study.claim.verdicts` at pass@(n, T_max) and pass@(1, T_max)."""
     problems: int | None = None
     """P: the category's evaluation problems (None: not in the study's data)."""
     room: float | None = None
@@ -123,7 +124,7 @@ def verdict_data(folder: Path) -> StudyData:
 
 
 def _by_kind(data: StudyData) -> dict[str, dict[str, dict[str, Verdict]]]:
-    """``cat -> kind -> {"pass@1": v, "boundary": v}`` from :func:`summary.verdicts`."""
+    """``cat -> kind -> {"pass@1": v, "boundary": v}`` from :func:`claim.verdicts`."""
     out: dict[str, dict[str, dict[str, Verdict]]] = defaultdict(lambda: defaultdict(dict))
     for v in verdicts(data):
         out[v.cat][v.kind]["pass@1" if v.metric.startswith("pass@(1,") else "boundary"] = v

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+from passkt.study.claim import claim_sentence, verdicts
 from passkt.study.counts import (
     SHARED,
     DataError,
@@ -21,7 +22,7 @@ from passkt.study.counts import (
     read_data,
     write_data,
 )
-from passkt.study.summary import claim_sentence, make_summary, verdicts
+from passkt.study.summary import make_summary
 
 BUDGETS = [0, 1, 2, 3, 5]
 
@@ -140,7 +141,7 @@ def test_a_shared_base_pairs_with_every_training_seed():
     ],
 )
 def test_the_claim_sentence_is_one_of_three_verdicts(effects, margin, words):
-    from passkt.study.summary import claim_tests
+    from passkt.study.claim import claim_tests
 
     data = _data(effects, problems=400, n=8, margin=margin)
     sentence = claim_sentence(data, verdicts(data))
@@ -154,6 +155,32 @@ def test_the_claim_sentence_is_one_of_three_verdicts(effects, margin, words):
     assert (
         f"bridge − math {inter.estimate:+.3f} [{inter.lower:+.3f}, {inter.upper:+.3f}]" in sentence
     )
+
+
+@pytest.mark.parametrize("seeds", [1, 2])
+def test_a_study_with_fewer_than_three_bases_is_inconclusive_and_says_how_many_it_needs(seeds):
+    """A study stopped early still states the claim in one of its three forms: inconclusive,
+    because too few bases, with the intervals so far and (from two bases) the realistic power."""
+    from passkt.study.claim import claim_tests, realistic_power
+
+    data = _data({"A": {"RL": 0.0, "SFT": 0.0}, "C": {"RL": 2.5, "SFT": 0.0}}, seeds=seeds, n=8)
+    sentence = claim_sentence(data, verdicts(data))
+    assert sentence.startswith("The study's claim (RL widens the boundary on bridge but not on")
+    assert f"is inconclusive, because only {seeds} independently made base(s)" in sentence
+    tests = claim_tests(data)
+    for label, test in (
+        ("bridge − math", tests["C - A"]),
+        ("RL − SFT on bridge", tests["RL - SFT"]),
+    ):
+        assert f"{label} {test.estimate:+.3f} [{test.lower:+.3f}, {test.upper:+.3f}]" in sentence
+    realistic = realistic_power(data, "C", data.categories["C"])
+    assert (realistic is None) == (seeds == 1)
+    if realistic is not None:
+        needed = realistic.needed_gain
+        assert (f"{needed} bases would reach 0.8" if needed else "would not reach 0.8") in sentence
+    else:
+        assert "no spread between bases yet" in sentence
+    assert "supported" not in sentence and "contradicted" not in sentence
 
 
 def test_t_explained_reports_boundary_answers_and_cut_offs_at_every_t(tmp_path):
@@ -279,7 +306,7 @@ def test_the_power_line_quotes_passkt_powers_own_answer_per_base_and_the_seed_le
     that base's counts; with 3 bases the seed-level test's power follows, and a larger effect
     of the same study has more of it."""
     from passkt.eval.power import required_problems, smoothed_rates
-    from passkt.study.summary import POWER_DELTA, POWER_SIMS
+    from passkt.study.claim import POWER_DELTA, POWER_SIMS
 
     data = _data({"C": {"RL": 0.5}}, problems=200, n=16)
     text = make_summary(data, tmp_path).read_text()

@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from passkt.study import sweep
-from passkt.study.summary import SHARED, RunCounts, StudyData, read_data, verdicts, write_data
+from passkt.study.claim import verdicts
+from passkt.study.summary import SHARED, RunCounts, StudyData, read_data, write_data
 
 PROBLEMS = 100
 

@@ -1,0 +1,399 @@
+"""The study's verdicts and its claim, from compact data: the seed-level test per trained kind.
+
+Every sentence that calls something a gain, a loss, equivalent or inconclusive is written here,
+from the :func:`passkt.eval.seeds.seed_level_counts` test printed beside it; ``summary.md``
+(:mod:`passkt.study.summary`) lays them out with the tables they come from. The claim — RL widens
+the boundary on bridge but not on math — is decided by :func:`claim_sentence` from
+:func:`claim_tests`; every trained − base test of :func:`verdicts` is secondary, Holm-adjusted.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from passkt.eval.estimator import Metric
+from passkt.eval.intervals import holm
+from passkt.eval.power import seed_level_power, seeds_needed, smoothed_rates
+from passkt.eval.seeds import MIN_SEEDS, SeedTest, interaction_counts, seed_level_counts
+from passkt.study.counts import SHARED, RunCounts, StudyData
+
+POWER_DELTA = 0.04
+"""The change the power line asks about: the study's headline boundary change (0.77 -> 0.81)."""
+POWER_SIMS = 400
+"""Simulated studies per power point in the summary (standard error <= 0.025; seconds)."""
+KIND_ORDER = ("SFT", "RL", "RFT")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One seed-level test and the sentence it decides."""
+
+    cat: str
+    kind: str
+    metric: str
+    test: SeedTest
+    margin: float | None = None
+    """The pre-registered equivalence margin (``StudyData.margin``)."""
+    holm_p: float | None = None
+    """The Holm-adjusted p-value over the summary's secondary tests (set by :func:`verdicts`)."""
+
+    @property
+    def word(self) -> str:
+        """``gain``, ``loss``, ``equivalent`` or ``inconclusive`` (``SeedTest.verdict``); a gain
+        or loss whose Holm-adjusted p is not below ``1 - level`` is ``inconclusive`` (a
+        secondary test survives the correction or is no finding); ``not replicated`` with fewer
+        than ``MIN_SEEDS`` bases."""
+        if not self.test.replicated:
+            return "not replicated"
+        word = self.test.verdict(self.margin)
+        if word in ("gain", "loss") and not self.survives:
+            return "inconclusive"
+        return word
+
+    @property
+    def survives(self) -> bool:
+        """Whether the Holm-adjusted p-value (when there is one) is below ``1 - level``."""
+        return self.holm_p is None or self.holm_p < 1 - self.test.level
+
+    def sentence(self, env_id: str) -> str:
+        t = self.test
+        where = f"{self.cat} ({env_id})"
+        numbers = (
+            f"{t.estimate:+.3f} [{t.lower:+.3f}, {t.upper:+.3f}] over {t.seeds} base(s) and "
+            f"{t.problems} problems"
+        )
+        if not t.replicated:
+            return (
+                f"On {where}, {self.kind} − base at {self.metric} is {numbers}; with fewer than "
+                f"{MIN_SEEDS} bases the recipe is not replicated, so this is no verdict."
+            )
+        secondary = (
+            ""
+            if self.holm_p is None
+            else f"; secondary, Holm-adjusted over the summary's secondary tests p = "
+            f"{self.holm_p:.2g}"
+        )
+        word = self.word
+        if word == "equivalent":
+            why = f"the interval lies inside the pre-registered ±{self.margin:g}"
+        elif word == "inconclusive" and self.test.verdict(self.margin) in ("gain", "loss"):
+            why = (
+                f"the interval excludes 0 at level {t.level:g} alone, but not after Holm's "
+                "correction over the secondary tests"
+            )
+        elif word == "inconclusive":
+            margin = (
+                "no equivalence margin was pre-registered"
+                if self.margin is None
+                else f"it reaches past the pre-registered ±{self.margin:g}"
+            )
+            why = f"the interval includes 0 and {margin}"
+        else:
+            why = "the interval excludes 0"
+        phrase = {"gain": "a gain", "loss": "a loss", "equivalent": "equivalent to none"}.get(
+            word, word
+        )
+        return (
+            f"On {where}, {self.kind} − base at {self.metric} is {numbers}: {phrase} "
+            f"({why}, p = {t.p_value:.2g}{secondary})."
+        )
+
+
+def replicates(runs: list[RunCounts]) -> dict[str, dict[int, RunCounts]]:
+    by_role: dict[str, dict[int, RunCounts]] = defaultdict(dict)
+    for run in runs:
+        by_role[run.role][run.seed] = run
+    return by_role
+
+
+def seed_test(
+    spec: dict[str, Any],
+    kind: str,
+    k: int | None,
+    budget: int,
+    level: float,
+    metric: Metric = "pass@k",
+) -> SeedTest | None:
+    """The seed-level test of ``kind - base`` at pass@k (None: k = n, the boundary) and T, or
+    at pass^k with ``metric="pass^k"``."""
+    by_role = replicates(spec["runs"])
+    j = list(spec["budgets"]).index(budget)
+    pairs = []
+    for seed, trained in sorted(by_role.get(kind, {}).items()):
+        base = by_role["base"].get(seed, by_role["base"].get(SHARED))
+        if base is None:
+            continue
+        pairs.append(((base.correct[:, j], base.n), [(trained.correct[:, j], trained.n)]))
+    if not pairs:
+        return None
+    kk = min(r.n for r in spec["runs"]) if k is None else k
+    return seed_level_counts(pairs, k=kk, budget=budget, level=level, metric=metric)
+
+
+def verdicts(data: StudyData) -> list[Verdict]:
+    """Every trained kind against its base at pass@1 and pass@(n, T_max), per category.
+
+    These are the summary's secondary tests (the primary one is the claim's, see
+    :func:`claim_sentence`): each carries its Holm-adjusted p-value over all of them."""
+    out = []
+    for cat, spec in data.categories.items():
+        t_max, n = max(spec["budgets"]), min(r.n for r in spec["runs"])
+        for kind in trained_kinds(spec):
+            for k, metric in ((1, f"pass@(1, {t_max})"), (None, f"pass@({n}, {t_max})")):
+                test = seed_test(spec, kind, k, t_max, data.level)
+                if test is not None:
+                    out.append(Verdict(cat, kind, metric, test, data.margin))
+    tested = [i for i, v in enumerate(out) if v.test.replicated]
+    if len(tested) > 1:
+        adjusted = holm(np.array([out[i].test.p_value for i in tested]))
+        for i, p in zip(tested, adjusted, strict=True):
+            out[i] = replace(out[i], holm_p=float(p))
+    return out
+
+
+def seed_pairs(spec: dict[str, Any], kind: str, against: str = "base") -> dict[int, Any]:
+    """Per replicate seed, ``((counts of against, n), [(counts of kind, n)])`` at T_max: the
+    pairs of the seed-level test of ``kind - against``."""
+    by_role = replicates(spec["runs"])
+    j = len(spec["budgets"]) - 1
+    pairs = {}
+    for seed, trained in sorted(by_role.get(kind, {}).items()):
+        other = by_role.get(against, {})
+        reference = other.get(seed, other.get(SHARED))
+        if reference is not None:
+            pairs[seed] = (
+                (reference.correct[:, j], reference.n),
+                [(trained.correct[:, j], trained.n)],
+            )
+    return pairs
+
+
+def trained_kinds(spec: dict[str, Any]) -> list[str]:
+    roles = {r.role for r in spec["runs"]}
+    return [k for k in KIND_ORDER if k in roles]
+
+
+def _interval(t: SeedTest) -> str:
+    return f"{t.estimate:+.3f} [{t.lower:+.3f}, {t.upper:+.3f}]"
+
+
+def claim_tests(data: StudyData) -> dict[str, SeedTest] | None:
+    """The claim's tests at the boundary pass@(n, T_max): RL − base on bridge (C) and on math
+    (A); the interaction, RL's change on bridge minus its change on math over the bases that
+    have both; and RL − SFT on bridge. ``None`` when the study lacks RL on C or A."""
+    cats = data.categories
+    if "C" not in cats or "A" not in cats:
+        return None
+    n_c = min(r.n for r in cats["C"]["runs"])
+    n_a = min(r.n for r in cats["A"]["runs"])
+    rl_c, rl_a = seed_pairs(cats["C"], "RL"), seed_pairs(cats["A"], "RL")
+    if not rl_c or not rl_a:
+        return None
+    seeds = sorted(set(rl_c) & set(rl_a))
+    tests = {
+        "C": seed_level_counts(list(rl_c.values()), k=n_c, budget=0, level=data.level),
+        "A": seed_level_counts(list(rl_a.values()), k=n_a, budget=0, level=data.level),
+    }
+    if seeds:
+        tests["C - A"] = interaction_counts(
+            [rl_c[s] for s in seeds], [rl_a[s] for s in seeds], k_first=n_c, k_second=n_a,
+            level=data.level,
+        )  # fmt: skip
+    against_sft = seed_pairs(cats["C"], "RL", against="SFT")
+    if against_sft:
+        tests["RL - SFT"] = seed_level_counts(
+            list(against_sft.values()), k=n_c, budget=0, level=data.level
+        )
+    return tests
+
+
+def _room(spec: dict[str, Any]) -> list[tuple[int, float]]:
+    """Per base seed, the room above its observed boundary at T_max: 1 - pass@(n, T_max)."""
+    j = len(spec["budgets"]) - 1
+    bases = sorted(replicates(spec["runs"])["base"].items())
+    return [(seed, 1.0 - float((run.correct[:, j] > 0).mean())) for seed, run in bases]
+
+
+def claim_sentence(
+    data: StudyData, found: list[Verdict], realistic: RealisticPower | None = None
+) -> str | None:
+    """The study's claim — RL widens the boundary on sequential retrieval (bridge, C) but not on
+    math (A) — as one of three verdicts, whatever the data say:
+
+    - *supported*: RL's bridge boundary change is a gain and exceeds its math change (the
+      interaction's interval excludes 0 on the positive side);
+    - *contradicted*: RL's bridge change is shown equivalent to none (inside the pre-registered
+      margin) or a loss;
+    - *inconclusive, because ...*: anything else, with the reasons the data give (an interval
+      that includes 0, no pre-registered margin, the between-base spread, a base with no room,
+      fewer than ``MIN_SEEDS`` bases so far — each with the number of bases that would decide).
+    """
+    tests = claim_tests(data)
+    if tests is None:
+        return None
+    claim = "The study's claim (RL widens the boundary on bridge but not on math)"
+    rl_c, rl_a = tests["C"], tests["A"]
+    margin = data.margin
+    replicated = rl_c.replicated and rl_a.replicated
+    word = rl_c.verdict(margin) if replicated else "unreplicated"
+    inter = tests.get("C - A")
+    inter_word = inter.verdict() if inter is not None else "inconclusive"
+    if word == "gain" and inter_word == "gain":
+        status = (
+            "is supported: RL's boundary gain on bridge is beyond the noise and beyond its "
+            "change on math"
+        )
+    elif word == "equivalent":
+        status = (
+            "is contradicted: RL's boundary change on bridge is equivalent to none (inside the "
+            f"pre-registered ±{margin:g})"
+        )
+    elif word == "loss":
+        status = "is contradicted: RL narrows the boundary on bridge"
+    else:
+        reasons = []
+        if not replicated:
+            reasons.append(
+                f"only {min(rl_c.seeds, rl_a.seeds)} independently made base(s) have RL on "
+                f"both categories so far, and the seed-level test decides from {MIN_SEEDS}"
+            )
+        elif word == "gain":
+            reasons.append(
+                "RL widens bridge's boundary, but its change on bridge minus its change on math "
+                "includes 0, so 'but not on math' is not shown"
+            )
+        else:
+            reasons.append(
+                f"RL's bridge change {_interval(rl_c)} includes 0 and "
+                + (
+                    "no equivalence margin was pre-registered"
+                    if margin is None
+                    else f"reaches past the pre-registered ±{margin:g}"
+                )
+            )
+        if rl_c.seeds > 1 and rl_c.se_seed > rl_c.se_eval:
+            reasons.append(
+                f"the between-base part of its standard error ({rl_c.se_seed:.3f}) is "
+                f"{rl_c.se_seed / max(rl_c.se_eval, 1e-12):.1f} times the evaluation's "
+                f"({rl_c.se_eval:.3f}) with {rl_c.seeds} bases, so more bases, not more "
+                "problems, would narrow it"
+            )
+        tight = [(s, r) for s, r in _room(data.categories["C"]) if r < POWER_DELTA]
+        if tight:
+            reasons.append(
+                "; ".join(
+                    f"base seed {s} leaves {r:.3f} of room above its bridge boundary, less than "
+                    f"the {POWER_DELTA:+.2f} change the study is powered for"
+                    for s, r in tight
+                )
+            )
+        if realistic is None:
+            realistic = realistic_power(data, "C", data.categories["C"])
+        if realistic is None and rl_c.seeds < 2:
+            reasons.append("one base shows no spread between bases yet")
+        if realistic is not None:
+            reasons.append(
+                f"with the spread RL's bridge changes showed (sd {realistic.spread:.3f}) the "
+                f"test's realistic power for a {POWER_DELTA:+.2f} change is {realistic.gain:.2f} "
+                f"with {realistic.seeds} bases"
+                + (
+                    f", and {realistic.needed_gain} bases would reach 0.8"
+                    if realistic.needed_gain is not None
+                    else f", and {SEEDS_SEARCHED} bases would not reach 0.8"
+                )
+            )
+        status = "is inconclusive, because " + "; ".join(reasons)
+    numbers = [f"bridge {_interval(rl_c)}", f"math {_interval(rl_a)}"]
+    if inter is not None:
+        numbers.append(f"bridge − math {_interval(inter)} ({inter_word})")
+    if "RL - SFT" in tests:
+        versus = tests["RL - SFT"]
+        numbers.append(f"RL − SFT on bridge {_interval(versus)} ({versus.verdict(margin)})")
+    boundary = {
+        (v.cat, v.kind): v
+        for v in found
+        if v.metric.startswith("pass@(") and not v.metric.startswith("pass@(1,")
+    }
+    others = [
+        boundary[("C", kind)]
+        for kind in KIND_ORDER
+        if kind != "RL" and ("C", kind) in boundary and boundary[("C", kind)].test.replicated
+    ]
+    context = ""
+    if others:
+        words = "; ".join(f"{v.kind} − base {_interval(v.test)}, {v.word}" for v in others)
+        gains = [v.kind for v in others if v.word == "gain"]
+        specific = (
+            f"so a boundary gain on bridge is not specific to RL ({' and '.join(gains)} gain too)"
+            if word == "gain" and gains
+            else "for comparison"
+        )
+        context = f" The other recipes on bridge at the same cell: {words}; {specific}."
+    return f"{claim} {status} ({'; '.join(numbers)})." + context
+
+
+@dataclass(frozen=True)
+class RealisticPower:
+    """The seed-level test's power for ±``POWER_DELTA`` at the boundary when the replicates'
+    true changes spread as RL's observed ones did (``passkt power ... --spread``)."""
+
+    spread: float
+    seeds: int
+    gain: float
+    loss: float
+    needed_gain: int | None
+    needed_loss: int | None
+
+    def sentence(self) -> str:
+        def needed(count: int | None) -> str:
+            return f"{count} bases" if count is not None else f"more than {SEEDS_SEARCHED} bases"
+
+        return (
+            f"With the spread RL's boundary changes showed between these replicates (sd "
+            f"{self.spread:.3f}), each replicate's true change drawn around the target, its "
+            f"power is {self.gain:.2f} for a {POWER_DELTA:+.2f} change and {self.loss:.2f} for "
+            f"a {-POWER_DELTA:+.2f} change with {self.seeds} bases (realistic); power 0.8 needs "
+            f"{needed(self.needed_gain)} for the gain and {needed(self.needed_loss)} for the "
+            "loss."
+        )
+
+
+SEEDS_SEARCHED = 12
+SEEDS_SIMS = 100
+"""Simulated studies per replicate count in the search for the bases power 0.8 needs (a planning
+number: ``passkt power ... --spread SD --seeds-for 0.8`` searches with more)."""
+
+
+def realistic_power(data: StudyData, cat: str, spec: dict[str, Any]) -> RealisticPower | None:
+    """The realistic seed-level power at T_max's boundary, from RL's observed per-replicate
+    changes (``None`` without two or more RL replicates)."""
+    bases = sorted(replicates(spec["runs"])["base"].items())
+    rl = seed_test(spec, "RL", None, max(spec["budgets"]), data.level)
+    if rl is None or rl.seeds < 2 or len(bases) < 1:
+        return None
+    j = len(spec["budgets"]) - 1
+    rates = [smoothed_rates(run.correct[:, j], run.n) for _, run in bases]
+    n = min(run.n for _, run in bases)
+    spread = float(np.std(rl.per_seed, ddof=1))
+    alpha = round(1 - data.level, 6)
+    study = dict(problems=len(spec["task_ids"]), n=n, k=n, level=alpha)
+    power = {
+        d: seed_level_power(
+            rates, delta=d, spread=spread, replicates=rl.seeds, sims=POWER_SIMS, **study
+        )
+        for d in (POWER_DELTA, -POWER_DELTA)
+    }
+    needed = {
+        d: seeds_needed(
+            rates, delta=d, spread=spread, most=SEEDS_SEARCHED, sims=SEEDS_SIMS, **study
+        )
+        for d in (POWER_DELTA, -POWER_DELTA)
+    }
+    return RealisticPower(
+        spread, rl.seeds, power[POWER_DELTA], power[-POWER_DELTA], needed[POWER_DELTA],
+        needed[-POWER_DELTA],
+    )  # fmt: skip
