@@ -261,6 +261,35 @@ MAX_SEED = 2**32 - 1
 """Seeds are non-negative and fit numpy's ``SeedSequence`` words."""
 
 
+ENV_KWARGS_HELP = (
+    "gym.make kwargs: k=v pairs (ints, floats, true/false, none, JSON lists) or a JSON object, "
+    "e.g. source=hotpotqa,path=dev.json or hops=3,reveal_budget=true"
+)
+
+
+def add_env_arguments(
+    parser: argparse.ArgumentParser, *, default: str | None = None, kwargs_note: str = ""
+) -> None:
+    """The env a command makes, declared alike by every command that makes one: the env id
+    (positional ``ENV_ID``, or ``--env`` when it has a ``default``; ``MODULE:ID`` imports
+    MODULE first), ``--import MODULE`` (repeatable) and ``--env-kwargs``. Parsed into ``env``,
+    ``imports`` and ``env_kwargs``."""
+    env_help = "env id, or MODULE:ID to import the module that registers it"
+    if default is None:
+        parser.add_argument("env", metavar="ENV_ID", help=env_help)
+    else:
+        parser.add_argument("--env", default=default, help=env_help + " (default %(default)s)")
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first, e.g. the one that registers your env or defines your agent "
+        "(repeatable; the current directory is searched too)",
+    )
+    parser.add_argument("--env-kwargs", metavar="K=V,...", help=ENV_KWARGS_HELP + kwargs_note)
+
+
 def int_in(low: int, high: int) -> Callable[[str], int]:
     """An ``argparse`` type for an integer in ``[low, high]``: sizes get documented bounds, so a
     typo (``0``, twenty digits) is refused at once instead of hanging or allocating terabytes."""

@@ -27,6 +27,7 @@ from passkt.agents.preflight import (
     MAX_BUDGET,
     MAX_RESAMPLES,
     MAX_THREADS,
+    add_env_arguments,
     check_resume,
     finite_float,
     int_in,
@@ -416,25 +417,7 @@ def _add_eval(subparsers: Any) -> None:
         epilog=EVAL_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--env",
-        default=DEFAULT_ENV,
-        help="env id, or MODULE:ID to import the module that registers it (default %(default)s)",
-    )
-    p.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        metavar="MODULE",
-        help="import MODULE first, e.g. the one that registers your env or defines your agent "
-        "(repeatable; the current directory is searched too)",
-    )
-    p.add_argument(
-        "--env-kwargs",
-        metavar="K=V,...",
-        help="gym.make kwargs: k=v pairs (ints, floats, true/false, none, JSON lists) or a JSON "
-        "object, e.g. source=hotpotqa,path=dev.json or hops=3,reveal_budget=true",
-    )
+    add_env_arguments(p, default=DEFAULT_ENV)
     p.add_argument(
         "--policy",
         default=DEFAULT_POLICY,

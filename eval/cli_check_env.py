@@ -15,6 +15,7 @@ import argparse
 from typing import Any
 
 from passkt.agents.env_probe import probe_env
+from passkt.agents.preflight import add_env_arguments
 from passkt.agents.specs import parse_env_kwargs
 from passkt.envs.contract import import_modules
 from passkt.eval.cli import _positive_float
@@ -41,11 +42,7 @@ def add_parser(subparsers: Any) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("env", metavar="ENV_ID", help="env id, or MODULE:ID")
-    p.add_argument(
-        "--import", dest="imports", action="append", metavar="MODULE", help="import MODULE first"
-    )
-    p.add_argument("--env-kwargs", metavar="K=V,...", help="gym.make kwargs, as for eval")
+    add_env_arguments(p)
     p.add_argument("--split", default="test", choices=("test", "train"))
     p.add_argument(
         "--timeout",

@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Any
 
-from passkt.agents.preflight import int_in
+from passkt.agents.preflight import add_env_arguments, int_in
 from passkt.agents.specs import parse_env_kwargs
 from passkt.envs.contract import import_modules
 
@@ -49,15 +49,9 @@ def add_parser(subparsers: Any) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("env", metavar="ENV_ID", help="env id, or MODULE:ID")
-    p.add_argument(
-        "--import", dest="imports", action="append", metavar="MODULE", help="import MODULE first"
-    )
-    p.add_argument(
-        "--env-kwargs",
-        metavar="K=V,...",
-        help="gym.make kwargs, as for eval; max_tool_calls and split are the defaults of a reset "
-        "that gives none",
+    add_env_arguments(
+        p,
+        kwargs_note="; max_tool_calls and split are the defaults of a reset that gives none",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     p.add_argument(
