@@ -12,17 +12,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import gymnasium as gym
 import httpx
 import pytest
 from openenv.core import GenericEnvClient
+from serving import stop, wait_until_healthy
 
 import passkt.envs  # noqa: F401  (registers the envs)
 from passkt.agents.env_probe import hostile_actions
@@ -58,32 +58,14 @@ def _start(env_id: str, kwargs: dict, log: Path) -> subprocess.Popen:
         return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env)
 
 
-def _ready(server: subprocess.Popen, log: Path, deadline: float) -> str:
-    """The server's URL once it says where it listens and answers /health."""
-    url = None
-    while time.monotonic() < deadline:
-        assert server.poll() is None, f"passkt serve exited: {log.read_text()}"
-        if url is None:
-            found = re.search(r"serving \S+ at (http://\S+)", log.read_text())
-            url = found.group(1) if found else None
-        if url is not None:
-            try:
-                if httpx.get(f"{url}/health", timeout=2, trust_env=False).status_code == 200:
-                    return url
-            except httpx.HTTPError:
-                pass
-        time.sleep(0.05)
-    raise AssertionError(f"passkt serve did not start: {log.read_text()}")
+def _announced(log: Path) -> Callable[[], str | None]:
+    """The URL the server prints once it listens (it was asked for port 0)."""
 
+    def url() -> str | None:
+        found = re.search(r"serving \S+ at (http://\S+)", log.read_text())
+        return found.group(1) if found else None
 
-def _stop(server: subprocess.Popen) -> None:
-    if server.poll() is None:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+    return url
 
 
 class Servers:
@@ -99,12 +81,12 @@ class Servers:
             env_id, kwargs = SERVED[name]
             log = self.logs / f"{name}.log"
             self.started[name] = _start(env_id, kwargs, log)
-            self.urls[name] = _ready(self.started[name], log, time.monotonic() + 120)
+            self.urls[name] = wait_until_healthy(self.started[name], _announced(log), log)
         return self.urls[name]
 
     def stop(self) -> None:
         for server in self.started.values():
-            _stop(server)
+            stop(server)
 
 
 @pytest.fixture(scope="module")

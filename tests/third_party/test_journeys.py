@@ -22,11 +22,10 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from serving import stop, wait_until_healthy
 
 HERE = Path(__file__).resolve().parent
 USER_FILES = ("kv_lookup.py", "kv_variants.py", "kv_agents.py", "guess_number.py")
@@ -197,8 +196,7 @@ def test_the_env_contract_page_runs_as_written(tiny, tmp_path):
             passkt(work, *argv[1:], *quiet)
     finally:
         for server in servers:
-            server.terminate()
-            server.wait(timeout=30)
+            stop(server)
     assert (work / "runs" / "grpo-eval" / "results.jsonl").is_file()
     assert len(servers) == sum(line.startswith("passkt serve ") for line in lines)
 
@@ -219,16 +217,4 @@ def serve_in_background(work: Path, argv: list[str], ports: dict[str, str]) -> s
         server = subprocess.Popen(
             [*command, *argv[1:]], cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=err
         )
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy for 127.0.0.1
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise AssertionError(f"{' '.join(argv)} exited: {log.read_text()[-2000:]}")
-        try:
-            with direct.open(f"http://127.0.0.1:{free}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    return server
-        except OSError:
-            time.sleep(0.5)
-    server.kill()
-    raise AssertionError(f"{' '.join(argv)} did not answer /health in 120 s")
+    return wait_until_healthy(server, lambda: f"http://127.0.0.1:{free}", log)
