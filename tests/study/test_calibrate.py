@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nano_pretrain import nano_config
 
 from passkt.study.calibrate import Calibrator, Point, choose, distance
 from passkt.study.testbed.pretrain import PretrainConfig, kept_step_dir, pretrain
@@ -64,12 +65,10 @@ def test_a_later_step_never_revives_an_earlier_one(points, span_n, span_1):
 
 
 def _config(tmp_path, **overrides) -> PretrainConfig:
-    values = dict(
-        output_dir=str(tmp_path / "run"), size="nano", episodes_per_category=24,
-        paragraph_repeats=1, block_size=128, batch_size=4, max_steps=40, learning_rate=5e-3,
-        warmup_steps=5, eval_every=10, save_every=5, log_every=5, progress=False,
-    )  # fmt: skip
-    return PretrainConfig(**{**values, **overrides})
+    """A nano pretraining that keeps and logs often enough for the calibration's hook."""
+    return nano_config(
+        tmp_path, **{**dict(max_steps=40, eval_every=10, save_every=5, log_every=5), **overrides}
+    )
 
 
 def test_the_hook_stops_pretraining_once_every_category_is_decided(tmp_path):

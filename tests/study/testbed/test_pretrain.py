@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from nano_pretrain import nano_config
 
 from passkt.study.testbed.corpus import Corpus
 from passkt.study.testbed.pretrain import (
@@ -18,15 +19,6 @@ from passkt.study.testbed.pretrain import (
     pretrain,
     split_documents,
 )
-
-
-def _config(tmp_path, **overrides) -> PretrainConfig:
-    values = dict(
-        output_dir=str(tmp_path / "run"), size="nano", episodes_per_category=24,
-        paragraph_repeats=1, block_size=128, batch_size=4, max_steps=60, learning_rate=5e-3,
-        warmup_steps=5, eval_every=30, save_every=30, log_every=10, progress=False,
-    )  # fmt: skip
-    return PretrainConfig(**{**values, **overrides})
 
 
 def test_learning_rate_warms_up_then_decays_to_the_floor():
@@ -60,7 +52,7 @@ def test_split_documents_holds_out_a_seeded_share():
 
 
 def test_pretraining_learns_the_corpus(tmp_path):
-    result = pretrain(_config(tmp_path))
+    result = pretrain(nano_config(tmp_path))
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [10, 20, 30, 40, 50, 60]
     start, end = lines[0], lines[-1]
@@ -71,8 +63,8 @@ def test_pretraining_learns_the_corpus(tmp_path):
 
 
 def test_resume_continues_exactly(tmp_path, monkeypatch):
-    whole = pretrain(_config(tmp_path / "a", max_steps=20, save_every=10, log_every=5))
-    config = _config(tmp_path / "b", max_steps=20, save_every=10, log_every=5)
+    whole = pretrain(nano_config(tmp_path / "a", max_steps=20, save_every=10, log_every=5))
+    config = nano_config(tmp_path / "b", max_steps=20, save_every=10, log_every=5)
     real_batch = Batches.batch
 
     def crash_at_17(self, step):  # after the checkpoint at 10 and the metrics line at 15
@@ -87,16 +79,16 @@ def test_resume_continues_exactly(tmp_path, monkeypatch):
     with pytest.raises(FileExistsError, match="resume=True"):
         pretrain(config)
     with pytest.raises(ValueError, match="differs in \\['learning_rate'\\]"):
-        pretrain(_config(tmp_path / "b", max_steps=20, learning_rate=1e-3), resume=True)
+        pretrain(nano_config(tmp_path / "b", max_steps=20, learning_rate=1e-3), resume=True)
     saved = tmp_path / "b" / "run" / "pretrain_config.json"  # a run from before a field existed
     old = json.loads(saved.read_text())
     del old["arithmetic_facts"]
     saved.write_text(json.dumps(old))
     with pytest.raises(ValueError, match="differs in \\['arithmetic_facts'\\]"):
-        pretrain(_config(tmp_path / "b", max_steps=20, arithmetic_facts=5), resume=True)
+        pretrain(nano_config(tmp_path / "b", max_steps=20, arithmetic_facts=5), resume=True)
     (tmp_path / "b" / "run" / "corpus.npz").unlink()  # a study export keeps no corpus
     (tmp_path / "b" / "run").rename(tmp_path / "b" / "moved")  # restored elsewhere
-    config = _config(tmp_path / "b", max_steps=20, save_every=10, log_every=5)
+    config = nano_config(tmp_path / "b", max_steps=20, save_every=10, log_every=5)
     config = PretrainConfig(**{**config.to_dict(), "output_dir": str(tmp_path / "b" / "moved")})
     resumed = pretrain(config, resume=True)  # the missing field had its default: resumable
     assert resumed.steps == 20
@@ -120,14 +112,16 @@ def test_stop_step_is_a_checkpoint_of_the_longer_schedule(tmp_path):
     never stopped (the schedule is laid over max_steps either way)."""
     from transformers import AutoModelForCausalLM
 
-    whole = pretrain(_config(tmp_path / "a", max_steps=20, save_every=10, log_every=4))
-    stopped = pretrain(_config(tmp_path / "b", max_steps=20, stop_step=12, save_every=10,
+    whole = pretrain(nano_config(tmp_path / "a", max_steps=20, save_every=10, log_every=4))
+    stopped = pretrain(nano_config(tmp_path / "b", max_steps=20, stop_step=12, save_every=10,
                                log_every=4))  # fmt: skip
     assert stopped.steps == 12
     lines = (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
-    expected = learning_rate(_config(tmp_path, max_steps=20), 11)
+    expected = learning_rate(nano_config(tmp_path, max_steps=20), 11)
     assert json.loads(lines[-1])["lr"] == pytest.approx(expected)
-    rest = pretrain(_config(tmp_path / "b", max_steps=20, save_every=10, log_every=4), resume=True)
+    rest = pretrain(
+        nano_config(tmp_path / "b", max_steps=20, save_every=10, log_every=4), resume=True
+    )
     assert rest.steps == 20
     a = AutoModelForCausalLM.from_pretrained(whole.model_dir)
     b = AutoModelForCausalLM.from_pretrained(rest.model_dir)
@@ -156,7 +150,7 @@ def test_pretrained_nano_follows_the_protocol(tmp_path):
     from passkt.agents.policy import SamplingParams
     from passkt.agents.rollout import rollout
 
-    config = _config(
+    config = nano_config(
         tmp_path, episodes_per_category=600, block_size=512, batch_size=8, max_steps=250,
         learning_rate=3e-3, warmup_steps=20, eval_every=250, save_every=250,
     )  # fmt: skip
