@@ -10,6 +10,7 @@ the boundary on bridge but not on math — is decided by :func:`claim_sentence` 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -397,3 +398,65 @@ def realistic_power(data: StudyData, cat: str, spec: dict[str, Any]) -> Realisti
         spread, rl.seeds, power[POWER_DELTA], power[-POWER_DELTA], needed[POWER_DELTA],
         needed[-POWER_DELTA],
     )  # fmt: skip
+
+
+# ---------------------------------------------------------------------- against the reference
+
+REFERENCE = "arXiv 2604.14877 (Qwen2.5-7B-Instruct, one base, n = 64, T_max = 5)"
+"""The study this project reproduces; its figures are single runs, so only their direction is
+compared."""
+REFERENCE_CHANGES = (
+    ("C", "RL", "boundary", 0.77, 0.81),
+    ("C", "RL", "pass@1", 0.363, 0.335),
+    ("C", "SFT", "boundary", 0.77, 0.73),
+    ("A", "RL", "boundary", 0.84, 0.84),
+)
+"""``(category, kind, metric, base, trained)``: the reference study's figures at T_max, the
+boundary being pass@(64, T_max)."""
+CATEGORY_NAMES = {"A": "math", "B": "comparison", "C": "bridge"}
+
+
+def reference_sentence(data: StudyData, found: Sequence[Verdict]) -> str | None:
+    """Where this study's trained − base changes agree with the reference study's, differ from
+    them, or are not decided, cell by cell (the verdicts of :func:`verdicts`, Holm-adjusted;
+    RL's bridge boundary by the claim's primary test). ``None`` when no cell is in the data."""
+    tests = claim_tests(data) or {}
+    cells = {
+        (v.cat, v.kind, "pass@1" if v.metric.startswith("pass@(1,") else "boundary"): v
+        for v in found
+    }
+    differs, agrees, undecided = [], [], []
+    for cat, kind, metric, before, after in REFERENCE_CHANGES:
+        v = cells.get((cat, kind, metric))
+        if v is None:
+            continue
+        test = v.test
+        word = v.word
+        if (cat, kind, metric) == ("C", "RL", "boundary") and "C" in tests:
+            test = tests["C"]
+            word = test.verdict(data.margin) if test.replicated else "not replicated"
+        theirs = "raised" if after > before else "lowered" if after < before else "left"
+        verb = {"raised": "raised it", "lowered": "lowered it", "left": "left it unchanged"}
+        ref = f"the reference's {kind} {verb[theirs]} ({before:g} → {after:g})"
+        ours = f"{kind} − base at {v.metric} is {_interval(test)}"
+        where = f"on {CATEGORY_NAMES.get(cat, cat)}"
+        expected = {"raised": "gain", "lowered": "loss", "left": "equivalent"}[theirs]
+        if word == expected:
+            agrees.append(f"{where}, {ours} ({word}), as {ref}")
+        elif word in ("gain", "loss", "equivalent"):
+            phrase = {"gain": "a gain", "loss": "a loss", "equivalent": "equivalent to none"}
+            differs.append(f"{where}, {ours} ({phrase[word]}) where {ref}")
+        else:
+            if word == "inconclusive" and test.verdict(data.margin) in ("gain", "loss"):
+                word = "inconclusive after Holm's correction"
+            undecided.append(f"{where}, {ours} ({word}) beside {ref}")
+    if not (differs or agrees or undecided):
+        return None
+    parts = []
+    if differs:
+        parts.append("this study's answer differs: " + "; ".join(differs))
+    if agrees:
+        parts.append("it agrees: " + "; ".join(agrees))
+    if undecided:
+        parts.append("this study does not decide: " + "; ".join(undecided))
+    return f"Against the reference study, {REFERENCE}, " + ". And ".join(parts) + "."

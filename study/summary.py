@@ -41,6 +41,7 @@ from passkt.study.claim import (
     RealisticPower,
     claim_sentence,
     realistic_power,
+    reference_sentence,
     replicates,
     seed_test,
     trained_kinds,
@@ -494,6 +495,9 @@ def make_summary(data: StudyData, out: Path) -> Path:
     parts.append("## Verdicts\n")
     if claim:
         parts.append(f"- {claim}")
+    against = reference_sentence(data, found)
+    if against:
+        parts.append(f"- {against}")
     parts += [f"- {v.sentence(data.categories[v.cat]['env_id'])}" for v in found]
     parts += [f"- {sentence}" for sentence in change_sentences(data)]
     if not claim and not found:

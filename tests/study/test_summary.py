@@ -183,6 +183,38 @@ def test_a_study_with_fewer_than_three_bases_is_inconclusive_and_says_how_many_i
     assert "supported" not in sentence and "contradicted" not in sentence
 
 
+@pytest.mark.parametrize("rl_c", [-2.5, 0.0, 2.5])
+@pytest.mark.parametrize("sft_c", [-2.5, 2.5])
+def test_the_reference_sentence_sorts_every_cell_by_its_own_verdict(rl_c, sft_c):
+    """Each of the reference study's four changes lands in exactly one of "differs", "agrees"
+    and "does not decide", by the verdict this study's data give it."""
+    from passkt.study.claim import REFERENCE_CHANGES, claim_tests, reference_sentence
+
+    data = _data({"A": {"RL": 0.0}, "C": {"RL": rl_c, "SFT": sft_c}}, n=8, margin=0.08)
+    found = verdicts(data)
+    sentence = reference_sentence(data, found)
+    phrases = {"differs": "answer differs: ", "agrees": "it agrees: ", "undecided": "not decide: "}
+    groups = dict.fromkeys(phrases, "")
+    for part in sentence.split(". And "):
+        (key,) = [k for k, phrase in phrases.items() if phrase in part]
+        groups[key] = part
+    for cat, kind, metric, before, after in REFERENCE_CHANGES:
+        v = next(
+            v
+            for v in found
+            if (v.cat, v.kind) == (cat, kind)
+            and v.metric.startswith("pass@(1,") == (metric == "pass@1")
+        )
+        test = claim_tests(data)["C"] if (cat, kind, metric) == ("C", "RL", "boundary") else v.test
+        word = test.verdict(0.08) if (cat, kind, metric) == ("C", "RL", "boundary") else v.word
+        cell = f"{kind} − base at {v.metric} is {test.estimate:+.3f} [{test.lower:+.3f}"
+        expected = "gain" if after > before else "loss" if after < before else "equivalent"
+        group = (
+            "agrees" if word == expected else "differs" if word != "inconclusive" else "undecided"
+        )
+        assert [g for g, text in groups.items() if cell in text] == [group], (cell, sentence)
+
+
 def test_t_explained_reports_boundary_answers_and_cut_offs_at_every_t(tmp_path):
     data = _data({"C": {"RL": 0.5}}, seeds=3, problems=50, n=4)
     summary = make_summary(data, tmp_path).read_text()
