@@ -217,4 +217,5 @@ def serve_in_background(work: Path, argv: list[str], ports: dict[str, str]) -> s
         server = subprocess.Popen(
             [*command, *argv[1:]], cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=err
         )
-    return wait_until_healthy(server, lambda: f"http://127.0.0.1:{free}", log)
+    wait_until_healthy(server, lambda: f"http://127.0.0.1:{free}", log)
+    return server
