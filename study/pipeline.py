@@ -280,6 +280,13 @@ def gpu_slots(jobs: int, devices: Sequence[str]) -> list[str]:
     return [devices[i % len(devices)] for i in range(jobs)]
 
 
+def _selection_args(study: Study) -> list[str]:
+    """The categories, seeds and method this call selected, for a unit's subprocess: a unit
+    depends on them (a comparison's noise floor is the selected seeds' bases)."""
+    args = ["--categories", ",".join(study.categories), "--seeds", ",".join(map(str, study.seeds))]
+    return args + (["--method", study.method] if study.method else [])
+
+
 def _run_children(study: Study, stage: str, units: Sequence[Unit], jobs: int) -> None:
     """Run units as ``python -m passkt.study.pipeline STAGE --only UNIT`` subprocesses, ``jobs``
     at a time."""
@@ -299,7 +306,7 @@ def _run_children(study: Study, stage: str, units: Sequence[Unit], jobs: int) ->
             return  # a unit failed: start nothing new
         log = logs / f"{_slug(unit.key)}.log"
         command = [sys.executable, "-m", "passkt.study.pipeline", stage, "--out", str(study.out)]
-        command += ["--only", unit.key, "--threads", str(threads)]
+        command += ["--only", unit.key, "--threads", str(threads), *_selection_args(study)]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         slot = slots.get() if devices else None  # a free GPU group: at most `jobs` run at once
         if slot is not None:

@@ -567,10 +567,37 @@ def test_the_jobs_of_a_stage_run_on_disjoint_gpus(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline.subprocess, "run", fake_run)
     monkeypatch.setattr(pipeline, "cuda_devices", lambda: ["0", "1", "2", "3"])
     units = [SimpleNamespace(key=f"eval/A/s{i}") for i in range(6)]
-    pipeline._run_children(SimpleNamespace(out=tmp_path), "eval", units, jobs=2)
+    caller = SimpleNamespace(out=tmp_path, categories=["A"], seeds=[0], method=None)
+    pipeline._run_children(caller, "eval", units, jobs=2)
     assert all(set(group) <= {"0,1", "2,3"} for group in seen)
     assert all(len(group) == len(set(group)) for group in seen)  # never two jobs on one group
     assert len(seen) == 6
+
+
+@pytest.mark.parametrize("method", [None, "grpo"])
+def test_a_units_subprocess_works_with_the_callers_selection(tmp_path, monkeypatch, method):
+    """A unit run in a subprocess (--jobs) selects the caller's categories, seeds and method:
+    a comparison's noise floor is the selected seeds' bases, not every seed's."""
+    import subprocess
+    from types import SimpleNamespace
+
+    import passkt.study.pipeline as pipeline
+
+    commands = []
+
+    def fake_run(command, stdout, stderr, env):
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(pipeline.subprocess, "run", fake_run)
+    caller = SimpleNamespace(out=tmp_path, categories=["A", "C"], seeds=[0, 1], method=method)
+    units = [SimpleNamespace(key=f"{c}/s{s}") for c in "AC" for s in (0, 1)]
+    pipeline._run_children(caller, "compare", units, jobs=2)
+    assert len(commands) == 4
+    for command in commands:
+        args = pipeline._parser().parse_args(command[command.index("compare") :])
+        assert (args.categories, args.seeds, args.method) == ("A,C", "0,1", method)
+        assert args.only in {u.key for u in units}
 
 
 @pytest.mark.slow
