@@ -74,3 +74,21 @@ def nano_checkpoint(tmp_path_factory: pytest.TempPathFactory, testbed_tokenizer)
     return save_checkpoint(
         build_model("nano", testbed_tokenizer, seed=0), testbed_tokenizer, folder
     )
+
+
+LONGEST_FIRST = (
+    "test_the_plug_in_block_runs_as_printed",
+    "test_pretrained_nano_follows_the_protocol",
+    "test_emulated_two_process_trl_route_matches_one_process",
+    "test_the_env_contract_page_runs_as_written",
+)
+"""Tests that each take minutes in their own call (no expensive module fixture): started first,
+so that with ``-n 2`` the other core runs the rest beside them instead of idling at the end."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = getattr(item, "originalname", item.name)
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order
