@@ -11,7 +11,12 @@ import pytest
 from hypothesis import settings
 
 # Two cores: torch's intra-op threads fight with the rest of the process (and with each other
-# under load); one thread is faster for the tiny models the tests use.
+# under load); one thread is faster for the tiny models the tests use. The environment variables
+# reach every `passkt` command a test starts and every in-process `main()`, which would otherwise
+# each take both cores while the other pytest worker is busy on one.
+for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    if not os.environ.get(name, "").isdigit():
+        os.environ[name] = "1"
 with contextlib.suppress(ImportError):
     import torch
 

@@ -64,7 +64,11 @@ def test_the_plug_in_block_runs_as_printed(tmp_path):
     block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
     assert "passkt train grpo" in block and "passkt train sft" in block
     script = "set -e\n" + block.replace("/tmp/", f"{tmp_path}/")
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "OMP_NUM_THREADS": "1",  # the other pytest worker has the other core
+    }
     done = subprocess.run(
         ["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
     )
