@@ -431,14 +431,19 @@ def _add_eval(subparsers: Any) -> None:
         help="keyword arguments of the policy's constructor or py: factory, read like "
         "--env-kwargs (e.g. lookups=2,temperature_floor=0.1); recorded in the manifest",
     )
-    p.add_argument("--n", type=_positive_int, default=DEFAULT_N, help="samples per (task, T)")
+    p.add_argument(
+        "--n",
+        type=_positive_int,
+        default=DEFAULT_N,
+        help=f"samples per (task, T) (default {DEFAULT_N})",
+    )
     p.add_argument(
         "--budgets",
         metavar="T,...",
         help=f"T grid, increasing, each at most {MAX_BUDGET} (default 0,1,2,3,5; 0 for math envs)",
     )
     p.add_argument("--ks", metavar="K,...", help="k grid (default powers of two up to n)")
-    p.add_argument("--split", default="test", choices=("test", "train"))
+    p.add_argument("--split", default="test", choices=("test", "train"), help="default: test")
     p.add_argument(
         "--limit",
         type=_parse_limit,

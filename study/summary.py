@@ -75,9 +75,9 @@ SUMMARY_FILE = "summary.md"
 def cost_rows(timings: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per stage: units, attempts, their seconds summed, the stage's wall seconds.
 
-    Every line of ``timings.jsonl`` counts: a unit aborted with its session and resumed, or run
+    Every line of ``timings.jsonl`` counts: a unit interrupted and resumed, or run
     again on a fresh checkout, adds an attempt and its seconds (what the study cost, not what
-    one uninterrupted pass would). A stage killed with its session wrote no stage line, so its
+    one uninterrupted pass would). An interrupted stage wrote no stage line, so its
     wall time is missing from ``wall_seconds``; the unit seconds still hold it.
     """
     units: dict[str, set] = defaultdict(set)
@@ -458,10 +458,10 @@ def _cost_section(data: StudyData) -> str:
     core = sum(c["unit_seconds"] for c in cost)
     wall = sum(c["wall_seconds"] for c in cost)
     return (
-        "## Cost\n\nPer stage (`timings.jsonl`): units, attempts (a unit aborted with its "
-        "session and resumed, or run again on a fresh checkout, counts each time), unit-minutes "
-        "(every attempt's wall time summed) "
-        "and the stage's recorded wall minutes (a stage killed with its session records none). "
+        "## Cost\n\nPer stage (`timings.jsonl`): units, attempts (a unit interrupted and resumed, "
+        "or run again on a fresh checkout, counts each time), unit-minutes (every attempt's wall "
+        "time summed) "
+        "and the stage's recorded wall minutes (an interrupted stage records none). "
         f"In all {core / 3600:.1f} hours of unit time and {wall / 3600:.1f} hours of recorded "
         "stage wall time.\n\n"
         + _table(["stage", "units", "attempts", "unit-minutes", "wall minutes"], rows)

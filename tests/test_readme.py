@@ -47,11 +47,48 @@ def test_example_runs(page, block, tmp_path):
     assert done.returncode == 0, f"{page} example:\n{block}\n{done.stderr[-3000:]}"
 
 
-def test_readme_links_resolve():
-    for page in PAGES:
-        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
-            if "://" not in target:
-                assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+MARKDOWN = sorted(
+    p for p in ROOT.rglob("*.md") if not {".git", ".venv", "runs", "node_modules"} & set(p.parts)
+)
+
+
+def _prose(text: str) -> str:
+    """A page without its fenced code (a ``# comment`` in a shell block is no heading)."""
+    return re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors for a page's headings: lower case, punctuation but ``-`` and ``_``
+    dropped, spaces to ``-``; a repeated heading gets ``-1``, ``-2``, ..."""
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", _prose(page.read_text(encoding="utf-8")),
+                              re.MULTILINE):  # fmt: skip
+        slug = re.sub(r"[^\w\- ]", "", heading.lower().replace("`", "")).replace(" ", "-")
+        out.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return out
+
+
+def test_anchors_follow_githubs_rule():
+    page = ROOT / "README.md"
+    assert "passk-t-need-not-grow-with-t" in anchors(ROOT / "docs" / "statistics.md")
+    assert "plug-in-an-env" in anchors(page)
+
+
+@pytest.mark.parametrize("page", MARKDOWN, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_links_and_anchors_resolve(page):
+    """Every relative link of every Markdown page names a file that exists and, with
+    ``#anchor``, a heading of that file."""
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)",
+                                     _prose(page.read_text(encoding="utf-8"))):  # fmt: skip
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        linked = (page.parent / target) if target else page
+        name = page.relative_to(ROOT).as_posix()
+        assert linked.exists(), f"{name} links to missing {target}"
+        if anchor and linked.suffix == ".md":
+            assert anchor in anchors(linked), f"{name} links to {target}#{anchor}: no such heading"
 
 
 @pytest.mark.slow

@@ -307,8 +307,8 @@ def test_bases_are_shown_against_the_profiles_targets_and_a_newer_export_may_add
 
 
 def test_cost_counts_every_attempt_and_says_what_a_killed_stage_lost(tmp_path):
-    """A unit aborted with its session and resumed costs both attempts; a stage killed with its
-    session has no stage line, so its wall time is missing while its unit time is not."""
+    """A unit interrupted and resumed costs both attempts; an interrupted stage has no stage line,
+    so its wall time is missing while its unit time is not."""
     from passkt.study.summary import cost_rows
 
     timings = [
