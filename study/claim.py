@@ -219,6 +219,49 @@ def _room(spec: dict[str, Any]) -> list[tuple[int, float]]:
     return [(seed, 1.0 - float((run.correct[:, j] > 0).mean())) for seed, run in bases]
 
 
+def interim(data: StudyData, seeds: int) -> bool:
+    """Whether a look at ``seeds`` replicates comes before the plan's end (``planned_seeds``)."""
+    return data.planned_seeds is not None and seeds < data.planned_seeds
+
+
+def _noise_reasons(data: StudyData, rl_c: SeedTest, realistic: RealisticPower | None) -> list[str]:
+    """What the noise allows on bridge: the between-base share of the standard error, any base
+    with less room than the powered change, and the realistic power with its bases needed."""
+    reasons = []
+    if rl_c.seeds > 1 and rl_c.se_seed > rl_c.se_eval:
+        reasons.append(
+            f"the between-base part of its standard error ({rl_c.se_seed:.3f}) is "
+            f"{rl_c.se_seed / max(rl_c.se_eval, 1e-12):.1f} times the evaluation's "
+            f"({rl_c.se_eval:.3f}) with {rl_c.seeds} bases, so more bases, not more "
+            "problems, would narrow it"
+        )
+    tight = [(s, r) for s, r in _room(data.categories["C"]) if r < POWER_DELTA]
+    if tight:
+        reasons.append(
+            "; ".join(
+                f"base seed {s} leaves {r:.3f} of room above its bridge boundary, less than "
+                f"the {POWER_DELTA:+.2f} change the study is powered for"
+                for s, r in tight
+            )
+        )
+    if realistic is None:
+        realistic = realistic_power(data, "C", data.categories["C"])
+    if realistic is None and rl_c.seeds < 2:
+        reasons.append("one base shows no spread between bases yet")
+    if realistic is not None:
+        reasons.append(
+            f"with the spread RL's bridge changes showed (sd {realistic.spread:.3f}) the "
+            f"test's realistic power for a {POWER_DELTA:+.2f} change is {realistic.gain:.2f} "
+            f"with {realistic.seeds} bases"
+            + (
+                f", and {realistic.needed_gain} bases would reach 0.8"
+                if realistic.needed_gain is not None
+                else f", and {SEEDS_SEARCHED} bases would not reach 0.8"
+            )
+        )
+    return reasons
+
+
 def claim_sentence(
     data: StudyData, found: list[Verdict], realistic: RealisticPower | None = None
 ) -> str | None:
@@ -276,38 +319,25 @@ def claim_sentence(
                     else f"reaches past the pre-registered ±{margin:g}"
                 )
             )
-        if rl_c.seeds > 1 and rl_c.se_seed > rl_c.se_eval:
-            reasons.append(
-                f"the between-base part of its standard error ({rl_c.se_seed:.3f}) is "
-                f"{rl_c.se_seed / max(rl_c.se_eval, 1e-12):.1f} times the evaluation's "
-                f"({rl_c.se_eval:.3f}) with {rl_c.seeds} bases, so more bases, not more "
-                "problems, would narrow it"
-            )
-        tight = [(s, r) for s, r in _room(data.categories["C"]) if r < POWER_DELTA]
-        if tight:
-            reasons.append(
-                "; ".join(
-                    f"base seed {s} leaves {r:.3f} of room above its bridge boundary, less than "
-                    f"the {POWER_DELTA:+.2f} change the study is powered for"
-                    for s, r in tight
-                )
-            )
-        if realistic is None:
-            realistic = realistic_power(data, "C", data.categories["C"])
-        if realistic is None and rl_c.seeds < 2:
-            reasons.append("one base shows no spread between bases yet")
-        if realistic is not None:
-            reasons.append(
-                f"with the spread RL's bridge changes showed (sd {realistic.spread:.3f}) the "
-                f"test's realistic power for a {POWER_DELTA:+.2f} change is {realistic.gain:.2f} "
-                f"with {realistic.seeds} bases"
-                + (
-                    f", and {realistic.needed_gain} bases would reach 0.8"
-                    if realistic.needed_gain is not None
-                    else f", and {SEEDS_SEARCHED} bases would not reach 0.8"
-                )
-            )
+        reasons += _noise_reasons(data, rl_c, realistic)
         status = "is inconclusive, because " + "; ".join(reasons)
+    both = min(rl_c.seeds, rl_a.seeds)
+    if replicated and interim(data, both):
+        early = (
+            f"is inconclusive so far, because only {both} of the plan's {data.planned_seeds} "
+            f"bases have RL on both categories and the plan decides with all "
+            f"{data.planned_seeds}; at this interim look, which its level does not correct for "
+            "looking early, "
+        )
+        verdict, _, why = status.partition(": ")
+        if verdict in ("is supported", "is contradicted"):
+            status = (
+                early
+                + f"the rule would call it {verdict[3:]}, as {why}; "
+                + "; ".join(_noise_reasons(data, rl_c, realistic))
+            )
+        else:
+            status = early + status.replace("is inconclusive, because ", "it is inconclusive too: ")
     numbers = [f"bridge {_interval(rl_c)}", f"math {_interval(rl_a)}"]
     if inter is not None:
         numbers.append(f"bridge − math {_interval(inter)} ({inter_word})")
@@ -452,11 +482,21 @@ def reference_sentence(data: StudyData, found: Sequence[Verdict]) -> str | None:
             undecided.append(f"{where}, {ours} ({word}) beside {ref}")
     if not (differs or agrees or undecided):
         return None
+    referenced = {(cat, kind, metric) for cat, kind, metric, *_ in REFERENCE_CHANGES}
+    looked = [v.test.seeds for key, v in cells.items() if key in referenced]
     parts = []
+    if looked and interim(data, min(looked)):
+        parts.append(
+            f"at this interim look ({min(looked)} of the plan's {data.planned_seeds} bases, so "
+            "no cell is the plan's verdict yet)"
+        )
     if differs:
         parts.append("this study's answer differs: " + "; ".join(differs))
     if agrees:
         parts.append("it agrees: " + "; ".join(agrees))
     if undecided:
         parts.append("this study does not decide: " + "; ".join(undecided))
-    return f"Against the reference study, {REFERENCE}, " + ". And ".join(parts) + "."
+    lead = f"Against the reference study, {REFERENCE}, "
+    if parts[0].startswith("at this interim look"):
+        lead, parts = lead + parts[0] + ", ", parts[1:]
+    return lead + ". And ".join(parts) + "."

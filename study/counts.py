@@ -83,6 +83,10 @@ class StudyData:
     """The equivalence margin the plan pre-registered (profile ``stats.margin``): a change whose
     interval lies inside ``±margin`` is *equivalent* to none. ``None``: none was registered, so
     a change whose interval includes 0 is inconclusive, never "no change"."""
+    planned_seeds: int | None = None
+    """The replicates the plan fixes (the profile's ``seeds``): the plan decides its claim with
+    all of them in, and a look with fewer is interim. ``None``: no plan recorded, so every look
+    is read as final."""
 
 
 # ---------------------------------------------------------------------- export (from a study)
@@ -145,6 +149,7 @@ def write_data(folder: Path, data: StudyData, *, merge: bool = False) -> Path:
         "per_seed": data.per_seed,
         "level": data.level,
         **({} if data.margin is None else {"margin": data.margin}),
+        **({} if data.planned_seeds is None else {"planned_seeds": data.planned_seeds}),
         "categories": {
             c: {k: v for k, v in spec.items() if k != "runs"}
             for c, spec in sorted(data.categories.items())
@@ -228,7 +233,7 @@ def read_data(folder: Path) -> StudyData:
             timings = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x]
         except ValueError as e:
             raise DataError(f"{path}: not JSON lines ({e})") from e
-    margin = meta.get("margin")
+    margin, planned = meta.get("margin"), meta.get("planned_seeds")
     return StudyData(
         meta["name"],
         bool(meta["per_seed"]),
@@ -236,4 +241,5 @@ def read_data(folder: Path) -> StudyData:
         categories,
         timings,
         None if margin is None else float(margin),
+        None if planned is None else int(planned),
     )

@@ -106,6 +106,7 @@ def study_data(study: Study, *, finished_only: bool = False) -> StudyData:
         categories,
         read_timings(study.out),
         study.profile["stats"].get("margin") or None,
+        len(study.profile["seeds"]),
     )
 
 

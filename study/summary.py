@@ -40,6 +40,7 @@ from passkt.study.claim import (
     POWER_SIMS,
     RealisticPower,
     claim_sentence,
+    interim,
     realistic_power,
     reference_sentence,
     replicates,
@@ -493,6 +494,14 @@ def make_summary(data: StudyData, out: Path) -> Path:
     realistic = {cat: realistic_power(data, cat, spec) for cat, spec in data.categories.items()}
     claim = claim_sentence(data, found, realistic.get("C"))
     parts.append("## Verdicts\n")
+    bases = min((len(replicates(s["runs"])["base"]) for s in data.categories.values()), default=0)
+    if data.per_seed and interim(data, bases):
+        parts.append(
+            f"An interim look: {bases} of the plan's {data.planned_seeds} bases are in. Each "
+            "verdict below is the seed-level test at this look, whose level does not correct "
+            "for looking before the plan's end; the plan's verdicts are the ones with all "
+            f"{data.planned_seeds}.\n"
+        )
     if claim:
         parts.append(f"- {claim}")
     against = reference_sentence(data, found)

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from passkt.study.claim import claim_sentence, verdicts
+from passkt.study.claim import claim_sentence, reference_sentence, verdicts
 from passkt.study.counts import (
     SHARED,
     DataError,
@@ -36,7 +36,9 @@ def _run(role, seed, rates, n, rng, budgets=BUDGETS):
     return RunCounts(f"{role} s{seed}", role, seed, n, correct, answered, cut)
 
 
-def _data(effects, seeds=3, problems=300, n=16, shared_base=False, seed=0, margin=None):
+def _data(
+    effects, seeds=3, problems=300, n=16, shared_base=False, seed=0, margin=None, planned=None
+):
     """A study of categories A (T = 0) and C (every T) where kind K moves each problem's rate
     by ``effects[cat][K]`` on the logit scale."""
     rng = np.random.default_rng(seed)
@@ -68,7 +70,7 @@ def _data(effects, seeds=3, problems=300, n=16, shared_base=False, seed=0, margi
         for s in range(seeds)
     ]
     timings.append({"stage": "base", "unit": "*", "status": "stage", "seconds": 1200.0})
-    return StudyData("synthetic", not shared_base, 0.95, cats, timings, margin)
+    return StudyData("synthetic", not shared_base, 0.95, cats, timings, margin, planned)
 
 
 def test_episode_counts_split_answers_forced_answers_and_cut_offs():
@@ -181,6 +183,57 @@ def test_a_study_with_fewer_than_three_bases_is_inconclusive_and_says_how_many_i
     else:
         assert "no spread between bases yet" in sentence
     assert "supported" not in sentence and "contradicted" not in sentence
+
+
+@pytest.mark.parametrize(
+    ("effects", "margin"),
+    [
+        ({"A": {"RL": 0.0}, "C": {"RL": 2.5}}, None),
+        ({"A": {"RL": 2.5}, "C": {"RL": 2.5}}, None),
+        ({"A": {"RL": 0.0}, "C": {"RL": 0.0}}, 0.08),
+        ({"A": {"RL": 0.0}, "C": {"RL": -2.5}}, None),
+    ],
+)
+def test_a_look_before_the_plans_last_base_is_interim_whatever_the_rule_would_say(
+    effects, margin, tmp_path
+):
+    """The plan decides with all its bases: an earlier look is "inconclusive so far" and says
+    what the rule would call it, and a look with every planned base in reads as without a plan.
+    The plan's number travels with the data."""
+    from passkt.study.counts import read_data, write_data
+
+    seeds = 4
+    final = _data(effects, seeds=seeds, n=8, margin=margin)
+    plain = claim_sentence(final, verdicts(final))
+    for planned in (seeds, 8):
+        data = _data(effects, seeds=seeds, n=8, margin=margin, planned=planned)
+        write_data(tmp_path / str(planned), data)
+        data = read_data(tmp_path / str(planned))
+        assert data.planned_seeds == planned
+        sentence = claim_sentence(data, verdicts(data))
+        if planned == seeds:
+            assert sentence == plain
+            continue
+        head = f"is inconclusive so far, because only {seeds} of the plan's {planned} bases"
+        assert head in sentence, sentence
+        assert "is supported" not in sentence and "is contradicted" not in sentence
+        for word in ("supported", "contradicted"):
+            assert (f"the rule would call it {word}, as" in sentence) == (f"is {word}:" in plain)
+        if "is inconclusive, because" in plain:
+            assert "it is inconclusive too: " + plain.split("because ", 1)[1] in sentence
+        else:
+            assert "realistic power" in sentence
+        against = reference_sentence(data, verdicts(data))
+        assert f"at this interim look ({seeds} of the plan's {planned} bases" in against
+
+
+@pytest.mark.parametrize("planned", [None, 3, 5])
+def test_the_summary_says_when_its_verdicts_are_an_interim_look(planned, tmp_path):
+    data = _data({"A": {"RL": 0.0}, "C": {"RL": 2.5}}, n=8, problems=100, planned=planned)
+    summary = make_summary(data, tmp_path).read_text()
+    note = f"An interim look: 3 of the plan's {planned} bases are in."
+    assert (note in summary) == (planned == 5)
+    assert ("is inconclusive so far" in summary) == (planned == 5)
 
 
 @pytest.mark.parametrize("rl_c", [-2.5, 0.0, 2.5])
