@@ -28,11 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
-from passkt.eval.intervals import paired_gap_intervals
+from passkt.eval.intervals import paired_gap_intervals, t_quantile
 from passkt.eval.seeds import seed_level_counts
 
 __all__ = [
@@ -41,9 +42,11 @@ __all__ = [
     "required_problems",
     "seed_level_power",
     "seeds_needed",
+    "seeds_needed_t",
     "shifted_rates",
     "smallest_change",
     "smoothed_rates",
+    "t_test_power",
     "true_pass_at_k",
 ]
 
@@ -352,6 +355,62 @@ def seeds_needed(
     if not enough(most):
         return None
     low, high = 2, most  # enough(high); low is "not enough" (fewer than 3 give no verdict)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return high
+
+
+def t_test_power(delta: float, sd: float, count: int, *, level: float = 0.05) -> float:
+    """The power of a two-sided one-sample t-test at ``level`` on ``count`` replicate changes
+    drawn from a normal with mean ``delta`` and sd ``sd``: ``P(|T| > t(1 - level/2, S-1))``
+    with ``T`` noncentral t, by quadrature over the chi-square of the sample variance (numpy
+    only; the critical value is :func:`passkt.eval.intervals.t_quantile`, the seed-level test's)."""
+    if count < 2:
+        raise ValueError(f"count must be >= 2, got {count}")
+    if sd <= 0:
+        return 1.0 if delta else level
+    df = count - 1
+    crit = t_quantile(1 - level, df)
+    nc = abs(delta) * np.sqrt(count) / sd
+    # V ~ chi2(df), written as V = w^2 so the density w^(df-1) exp(-w^2/2) has no pole at 0;
+    # sqrt(V / df) = w / sqrt(df) scales the critical value. Trapezoids on a fine grid of w.
+    w = np.linspace(0.0, np.sqrt(df) + 12.0, 4_001)
+    log_f = np.full_like(w, -np.inf)
+    log_f[1:] = (df - 1) * np.log(w[1:]) - w[1:] ** 2 / 2
+    if df == 1:
+        log_f[0] = 0.0
+    weights = np.exp(log_f - log_f.max())
+    phi = np.vectorize(lambda x: NormalDist().cdf(x))
+    scaled = crit * w / np.sqrt(df)
+    tail = phi(nc - scaled) + phi(-nc - scaled)
+    return float(np.clip(_trapezoid(tail * weights, w) / _trapezoid(weights, w), 0.0, 1.0))
+
+
+def _trapezoid(y: np.ndarray, x: np.ndarray) -> float:
+    return float(np.sum((y[1:] + y[:-1]) * np.diff(x)) / 2)
+
+
+def seeds_needed_t(
+    delta: float, sd: float, *, power: float = 0.8, level: float = 0.05, most: int = 1000
+) -> int | None:
+    """The fewest replicates (from 3) at which a two-sided t-test at ``level`` on per-replicate
+    changes of sd ``sd`` reaches ``power`` for a true mean change ``delta``
+    (:func:`t_test_power`). No simulation of problems, so it reaches counts :func:`seeds_needed`
+    does not search; ``sd`` holds the between-replicate spread and the evaluation's noise per
+    replicate together. ``None`` if ``most`` do not reach it (or ``delta`` is 0)."""
+    _check_power(power, level)
+    if sd < 0 or not np.isfinite(sd):
+        raise ValueError(f"sd must be a finite number >= 0, got {sd!r}")
+    if delta == 0:
+        return None
+
+    def enough(count: int) -> bool:
+        return t_test_power(delta, sd, count, level=level) >= power
+
+    if not enough(most):
+        return None
+    low, high = 2, most  # enough(high); fewer than 3 give no verdict
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if enough(mid) else (mid, high)

@@ -18,7 +18,7 @@ import numpy as np
 
 from passkt.eval.estimator import Metric
 from passkt.eval.intervals import holm
-from passkt.eval.power import seed_level_power, seeds_needed, smoothed_rates
+from passkt.eval.power import seed_level_power, seeds_needed, seeds_needed_t, smoothed_rates
 from passkt.eval.seeds import MIN_SEEDS, SeedTest, interaction_counts, seed_level_counts
 from passkt.study.counts import SHARED, RunCounts, StudyData
 
@@ -257,6 +257,12 @@ def _noise_reasons(data: StudyData, rl_c: SeedTest, realistic: RealisticPower | 
                 f", and {realistic.needed_gain} bases would reach 0.8"
                 if realistic.needed_gain is not None
                 else f", and {SEEDS_SEARCHED} bases would not reach 0.8"
+                + (
+                    ""
+                    if realistic.approx is None
+                    else f", where a t-test on the replicates' changes asks for about "
+                    f"{realistic.approx}"
+                )
             )
         )
     return reasons
@@ -378,6 +384,18 @@ class RealisticPower:
     loss: float
     needed_gain: int | None
     needed_loss: int | None
+    approx: int | None = None
+    """The bases a t-test on the replicates' changes needs for power 0.8 at ±``POWER_DELTA``
+    (:func:`passkt.eval.power.seeds_needed_t`, sd = the spread and the evaluation's noise per
+    replicate): the count beyond the simulated search."""
+
+    def beyond(self) -> str:
+        """`` (about N by a t-test on the replicates' changes)`` when the simulated search ended
+        without reaching 0.8; empty otherwise."""
+        searched = self.needed_gain is None or self.needed_loss is None
+        if not searched or self.approx is None:
+            return ""
+        return f" (about {self.approx} by a t-test on the replicates' changes)"
 
     def sentence(self) -> str:
         def needed(count: int | None) -> str:
@@ -389,7 +407,7 @@ class RealisticPower:
             f"power is {self.gain:.2f} for a {POWER_DELTA:+.2f} change and {self.loss:.2f} for "
             f"a {-POWER_DELTA:+.2f} change with {self.seeds} bases (realistic); power 0.8 needs "
             f"{needed(self.needed_gain)} for the gain and {needed(self.needed_loss)} for the "
-            "loss."
+            f"loss{self.beyond()}."
         )
 
 
@@ -424,9 +442,11 @@ def realistic_power(data: StudyData, cat: str, spec: dict[str, Any]) -> Realisti
         )
         for d in (POWER_DELTA, -POWER_DELTA)
     }
+    per_replicate = float(np.hypot(spread, rl.se_eval * np.sqrt(rl.seeds)))
+    approx = seeds_needed_t(POWER_DELTA, per_replicate, power=0.8, level=alpha)
     return RealisticPower(
         spread, rl.seeds, power[POWER_DELTA], power[-POWER_DELTA], needed[POWER_DELTA],
-        needed[-POWER_DELTA],
+        needed[-POWER_DELTA], approx,
     )  # fmt: skip
 
 

@@ -184,3 +184,34 @@ def test_seed_level_power_names_bad_input(three_bases):
         seed_level_power([three_bases[0], three_bases[1][:50]], delta=0.04, problems=50, n=N, k=N)
     with pytest.raises(ValueError, match="leave"):
         seed_level_power(three_bases, delta=0.9, problems=50, n=N, k=N)
+
+
+def test_t_test_power_is_the_noncentral_t_and_seeds_needed_t_the_fewest_reaching_it():
+    """The quadrature power equals scipy's noncentral t at the seed-level test's critical value,
+    and the count is the fewest replicates that reach the power, over a generated grid of
+    changes, spreads, levels, powers and counts."""
+    from scipy import stats
+
+    from passkt.eval.intervals import t_quantile
+    from passkt.eval.power import seeds_needed_t, t_test_power
+
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        delta = float(rng.uniform(0.005, 0.2)) * rng.choice([-1, 1])
+        sd = abs(delta) * float(rng.uniform(0.5, 5.0))  # noncentralities scipy computes
+        level, power = float(rng.choice([0.01, 0.05, 0.1])), float(rng.choice([0.6, 0.8, 0.9]))
+        for count in map(int, rng.integers(2, 60, size=3)):
+            df, nc = count - 1, abs(delta) * np.sqrt(count) / sd
+            crit = t_quantile(1 - level, df)
+            far = stats.nct.cdf(-crit, df, nc)  # below 1e-20 where scipy returns nan
+            exact = stats.nct.sf(crit, df, nc) + (0.0 if np.isnan(far) else far)
+            assert t_test_power(delta, sd, count, level=level) == pytest.approx(exact, abs=1e-4)
+        count = seeds_needed_t(delta, sd, power=power, level=level)
+        assert count is not None and count >= 3
+        assert t_test_power(delta, sd, count, level=level) >= power
+        if count > 3:
+            assert t_test_power(delta, sd, count - 1, level=level) < power
+    assert seeds_needed_t(0.04, 1.0, most=50) is None
+    assert seeds_needed_t(0.0, 0.1) is None
+    with pytest.raises(ValueError, match="sd"):
+        seeds_needed_t(0.04, -0.1)
