@@ -26,7 +26,7 @@ test at the nominal level (no multiple-comparison correction); the two evaluatio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
@@ -53,6 +53,7 @@ __all__ = [
 DEFAULT_SIMS = 2000
 """Simulated studies per power estimate: the estimate's standard error is at most 0.011."""
 MAX_PROBLEMS = 100_000
+_normal_cdf = np.vectorize(NormalDist().cdf, otypes=[float])
 
 
 def smoothed_rates(counts: np.ndarray, n: int) -> np.ndarray:
@@ -352,13 +353,7 @@ def seeds_needed(
         found = seed_level_power(bases, delta=delta, spread=spread, replicates=count, **study)
         return found >= power
 
-    if not enough(most):
-        return None
-    low, high = 2, most  # enough(high); low is "not enough" (fewer than 3 give no verdict)
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if enough(mid) else (mid, high)
-    return high
+    return _fewest_replicates(enough, most)
 
 
 def t_test_power(delta: float, sd: float, count: int, *, level: float = 0.05) -> float:
@@ -381,9 +376,8 @@ def t_test_power(delta: float, sd: float, count: int, *, level: float = 0.05) ->
     if df == 1:
         log_f[0] = 0.0
     weights = np.exp(log_f - log_f.max())
-    phi = np.vectorize(lambda x: NormalDist().cdf(x))
     scaled = crit * w / np.sqrt(df)
-    tail = phi(nc - scaled) + phi(-nc - scaled)
+    tail = _normal_cdf(nc - scaled) + _normal_cdf(-nc - scaled)
     return float(np.clip(_trapezoid(tail * weights, w) / _trapezoid(weights, w), 0.0, 1.0))
 
 
@@ -408,9 +402,15 @@ def seeds_needed_t(
     def enough(count: int) -> bool:
         return t_test_power(delta, sd, count, level=level) >= power
 
+    return _fewest_replicates(enough, most)
+
+
+def _fewest_replicates(enough: Callable[[int], bool], most: int) -> int | None:
+    """The fewest replicates in 3..``most`` for which ``enough`` (monotone in the count) holds,
+    by bisection; ``None`` if ``most`` do not."""
     if not enough(most):
         return None
-    low, high = 2, most  # enough(high); fewer than 3 give no verdict
+    low, high = 2, most  # enough(high); low is "not enough" (fewer than 3 give no verdict)
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if enough(mid) else (mid, high)
