@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -113,8 +112,6 @@ def tools_protocol(category: str) -> AgentInterface:
 TOOL_ARGUMENTS = {"search": "query", "answer": "answer"}
 """The one argument each tool takes (its schema's only required property)."""
 
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 _EXPECTED = (
     "End your turn with exactly one tool call: search with a query to search, or answer with "
@@ -123,7 +120,8 @@ _EXPECTED = (
 
 
 def render_tool_call(name: str, arguments: Mapping[str, Any] | str) -> str:
-    """One call as Qwen2.5's chat template writes it; ``arguments`` given as a string (an
+    """One call as Qwen2.5's chat template writes it (a ``</tool_call>`` inside an argument
+    written ``<\\/tool_call>``, which JSON reads back the same); ``arguments`` given as a string (an
     OpenAI ``tool_calls`` entry that is not valid JSON) is kept verbatim, for the env to refuse."""
     if isinstance(arguments, str):
         try:
@@ -132,20 +130,48 @@ def render_tool_call(name: str, arguments: Mapping[str, Any] | str) -> str:
             body = f'{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {arguments}}}'
             return f"<tool_call>\n{body}\n</tool_call>"
     payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    payload = payload.replace("</tool_call>", "<\\/tool_call>")  # JSON's \/ keeps the call closed
     return f"<tool_call>\n{payload}\n</tool_call>"
+
+
+def _scan(text: str) -> tuple[list[str], str | None]:
+    """The bodies of the complete ``<tool_call>`` blocks outside ``<think>`` blocks, in order,
+    and the tag left open where the scan stopped (``None`` if none).
+
+    One left-to-right pass, like the tags' parser: a ``<think>`` block hides the calls inside
+    it, and a call's body is kept verbatim, ``<think>`` text in its arguments included.
+    """
+    calls: list[str] = []
+    position = 0
+    while True:
+        thinks, called = text.find("<think>", position), text.find("<tool_call>", position)
+        if thinks < 0 and called < 0:
+            return calls, None
+        if thinks >= 0 and (called < 0 or thinks < called):
+            tag, start = "think", thinks
+        else:
+            tag, start = "tool_call", called
+        opened = start + len(tag) + 2
+        end = text.find(f"</{tag}>", opened)
+        if end < 0:
+            return calls, tag
+        if tag == "tool_call":
+            calls.append(text[opened:end].strip())
+        position = end + len(tag) + 3
 
 
 def tool_calls_in(text: str) -> list[str]:
     """The bodies of the complete ``<tool_call>`` blocks outside ``<think>`` blocks, in order."""
-    return [body.strip() for body in _CALL.findall(_THINK.sub("", text))]
+    return _scan(text)[0]
 
 
 def no_call_error(text: str) -> str:
     """Why a turn without a complete call is invalid."""
     if not text.strip():
         return "the turn is empty"
-    if "<tool_call>" in _THINK.sub("", text):
-        return "<tool_call> is never closed with </tool_call>"
+    left_open = _scan(text)[1]
+    if left_open is not None:
+        return f"<{left_open}> is never closed with </{left_open}>"
     return "no tool call found"
 
 
@@ -161,10 +187,6 @@ def parse_tool_call(text: str) -> Action:
     if not isinstance(text, str):
         kind = type(text).__name__
         return Action("invalid", error=f"the action must be text (a str), got {kind}")
-    outside = _THINK.sub("", text)
-    opened, called = outside.find("<think>"), outside.find("<tool_call>")
-    if opened >= 0 and (called < 0 or opened < called):
-        return Action("invalid", error="<think> is never closed with </think>")
     calls = tool_calls_in(text)
     if not calls:
         return Action("invalid", error=no_call_error(text))

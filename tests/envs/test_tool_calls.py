@@ -17,16 +17,23 @@ from passkt.envs.contract import AgentInterface, EnvContractError, inspect_env
 from passkt.envs.tool_calls import TOOL_ARGUMENTS, parse_tool_call, render_tool_call
 
 texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
+tag_texts = st.lists(  # free text mixed with the tags a parser must not confuse
+    st.one_of(
+        texts,
+        st.sampled_from(["<think>", "</think>", "<tool_call>", "</tool_call>", "<answer>"]),
+    ),
+    max_size=6,
+).map("".join)
 
 
-@given(name=st.sampled_from(sorted(TOOL_ARGUMENTS)), content=texts, before=texts)
+@given(name=st.sampled_from(sorted(TOOL_ARGUMENTS)), content=tag_texts, before=texts)
 def test_a_rendered_call_parses_back_to_its_action(name, content, before):
     before = before.replace("<", " ")  # no tags of its own before the call
     action = parse_tool_call(before + render_tool_call(name, {TOOL_ARGUMENTS[name]: content}))
     assert (action.kind, action.content, action.error) == (name, content.strip(), None)
 
 
-@given(text=texts)
+@given(text=tag_texts)
 def test_any_text_parses_without_raising_and_invalid_says_why(text):
     action = parse_tool_call(text)
     assert action.kind in ("search", "answer", "invalid")
