@@ -10,6 +10,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from passkt.agents.preflight import (
     MAX_RESAMPLES,
     finite_float,
@@ -24,9 +26,11 @@ from passkt.eval.power import (
     DEFAULT_SIMS,
     PowerAnswer,
     counts_at,
+    evaluation_sd,
     required_problems,
     seed_level_power,
     seeds_needed,
+    seeds_needed_t,
     smallest_change,
     smoothed_rates,
     true_pass_at_k,
@@ -225,6 +229,17 @@ def run_power(args: argparse.Namespace) -> int:
             f"{what} at T = {budget} of {args.delta:+g} at level {args.level}:\n"
             f"- upper bound (every replicate changes by exactly {args.delta:+g}): power {upper}"
         )
+
+        def beyond(bases: list[Any]) -> str:  # past the simulated search: the t-test's count
+            noise = float(np.mean([evaluation_sd(b, n=n, k=k, problems=len(ids)) for b in bases]))
+            sd = math.hypot(args.spread, noise)
+            count = seeds_needed_t(args.delta, sd, power=args.seeds_for, level=args.level)
+            about = f"about {count}" if count is not None else "more than 1000"
+            return (
+                f" ({about} by a t-test on the replicates' changes, sd {sd:.3f}: the spread and "
+                f"each replicate's evaluation noise, {noise:.3f})"
+            )
+
         if args.spread is not None:
             realistic = seed_level_power(bases, delta=args.delta, spread=args.spread, **study)
             print(
@@ -238,7 +253,7 @@ def run_power(args: argparse.Namespace) -> int:
                 )
                 print(
                     f"- replicates for power {args.seeds_for:g} (realistic): "
-                    + (str(needed) if needed is not None else "more than 16")
+                    + (str(needed) if needed is not None else "more than 16" + beyond(bases))
                 )
         else:
             print(

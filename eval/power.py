@@ -26,6 +26,7 @@ test at the nominal level (no multiple-comparison correction); the two evaluatio
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -33,11 +34,13 @@ from typing import Any
 
 import numpy as np
 
+from passkt.eval.estimator import pass_at_k_array
 from passkt.eval.intervals import paired_gap_intervals, t_quantile
 from passkt.eval.seeds import seed_level_counts
 
 __all__ = [
     "PowerAnswer",
+    "evaluation_sd",
     "power_at",
     "required_problems",
     "seed_level_power",
@@ -403,6 +406,32 @@ def seeds_needed_t(
         return t_test_power(delta, sd, count, level=level) >= power
 
     return _fewest_replicates(enough, most)
+
+
+def evaluation_sd(rates: np.ndarray, *, n: int, k: int, problems: int) -> float:
+    """The standard deviation, from sampling alone, of one replicate's measured change of
+    pass@k: the mean over ``problems`` problems of the trained evaluation's unbiased pass@k
+    minus the base's, n samples each, both at these rates (a change small beside the noise).
+
+    Each problem's estimator variance is exact under its binomial count (``n + 1`` terms); the
+    problems are drawn from ``rates``, so the mean variance over them is divided by
+    ``problems``, and doubled for the two evaluations. Added in quadrature to the replicates'
+    spread, it is the per-replicate sd :func:`seeds_needed_t` asks for."""
+    rates = np.clip(np.asarray(rates, dtype=np.float64), 1e-12, 1 - 1e-12)
+    _check_study(problems, n, k)
+    counts = np.arange(n + 1)
+    log_choose = np.array([math.lgamma(n + 1) - math.lgamma(c + 1) - math.lgamma(n - c + 1)
+                           for c in counts])  # fmt: skip
+    log_pmf = (
+        log_choose[None, :]
+        + counts[None, :] * np.log(rates)[:, None]
+        + (n - counts)[None, :] * np.log1p(-rates)[:, None]
+    )
+    pmf = np.exp(log_pmf)
+    estimate = pass_at_k_array(n, counts, k)
+    mean = pmf @ estimate
+    variance = np.maximum(pmf @ estimate**2 - mean**2, 0.0)
+    return float(np.sqrt(2 * variance.mean() / problems))
 
 
 def _fewest_replicates(enough: Callable[[int], bool], most: int) -> int | None:

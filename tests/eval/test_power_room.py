@@ -3,6 +3,7 @@ flags that answer, and each suggestion, run, does answer."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -76,6 +77,22 @@ def test_power_prints_the_upper_bound_and_the_realistic_power_and_says_which(thr
     assert "- replicates for power 0.5 (realistic): " in done.stdout
     bare = power(*three_bases, "--delta", "-0.3")
     assert "realistic: give --spread SD" in bare.stdout
+
+
+def test_past_its_search_power_gives_the_t_tests_replicate_count(three_bases):
+    """A spread far beyond the change: 16 replicates do not reach the power, and the answer
+    gives the count a t-test on the replicates' changes needs, with the sd it used."""
+    from passkt.eval.power import seeds_needed_t
+
+    done = power(*three_bases, "--delta", "-0.05", "--spread", "0.3", "--seeds-for", "0.8")
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.split("- replicates for power 0.8 (realistic): ")[1].splitlines()[0]
+    assert line.startswith("more than 16 (about "), line
+    count = int(line.split("about ")[1].split()[0])
+    sd = float(line.split(", sd ")[1].split(":")[0])
+    noise = float(line.split("evaluation noise, ")[1].rstrip(")"))
+    assert noise > 0 and sd == pytest.approx(math.hypot(0.3, noise), abs=1e-3)
+    assert abs(count - seeds_needed_t(-0.05, sd, power=0.8)) <= 2  # sd printed to 3 decimals
 
 
 def test_a_spread_of_changes_lowers_the_seed_level_power():
