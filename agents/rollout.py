@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from passkt.agents.chat_tokens import ChatTokens, cut_turn, stream_piece
 from passkt.agents.env_runtime import EnvRunner, History
 from passkt.agents.env_workers import (
     DEFAULT_STEP_TIMEOUT,
@@ -47,11 +48,10 @@ from passkt.agents.env_workers import (
     default_env_workers,
     make_envs,
 )
+from passkt.agents.episode import Episode, RolloutResult, RolloutStats, Turn
 from passkt.agents.policy import (
     DEFAULT_STOP,
     Completion,
-    Conversation,
-    Message,
     Policy,
     SamplingParams,
     TokenPolicy,
@@ -61,169 +61,6 @@ from passkt.envs.contract import AgentInterface, EnvContract
 from passkt.envs.errors import PassktError, PolicyError
 
 logger = logging.getLogger(__name__)
-
-_SENTINEL = "\u2063PASSKT_SENTINEL\u2063"
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One agent turn: the completion, the action it was parsed as, and the env's reply."""
-
-    completion: Completion
-    action: str
-    """The action's kind: ``info["action"]`` as the env reported it (passkt's envs: ``search``,
-    ``answer`` or ``invalid``), else the tag of the protocol's stop string the text ends with
-    (``</move>`` gives ``move``), else ``unknown`` (see :func:`action_kind`)."""
-    observation: str
-    """The env's reply; empty after the final action."""
-
-
-@dataclass
-class Episode:
-    """One episode (or budget branch) with its transcript, outcome and token record."""
-
-    task_id: str
-    sample: int
-    budget: int
-    category: str
-    messages: list[Message] = field(default_factory=list)
-    turns: list[Turn] = field(default_factory=list)
-    tool_calls: int = 0
-    answer: str | None = None
-    reward: float = 0.0
-    """The return: the sum of the rewards of every step (as the wrapped env gave them)."""
-    correct: bool = False
-    f1: float | None = None
-    """``info["f1"]`` of the last step; ``None`` for an env that reports no F1."""
-    terminated: bool = False
-    truncated: bool = False
-    token_ids: list[int] = field(default_factory=list)
-    """The whole sequence (prompt, turns, observations); filled when token ids are known."""
-    policy_mask: list[bool] = field(default_factory=list)
-    """True exactly at policy tokens (trainable); prompt and observation tokens are False."""
-    logprobs: list[float] = field(default_factory=list)
-    """Sampling log-probability at policy tokens, 0.0 elsewhere."""
-    generated_tokens: int = 0
-    """Tokens this episode generated itself (a branch does not count its shared prefix). For a
-    policy without token ids and no tokenizer, whitespace-separated words."""
-    env_error: dict[str, Any] | None = None
-    """Set when the env, not the agent, ended the episode: it raised, its worker died or hung
-    (``passkt.agents.env_workers.EnvFailure.to_record``: kind, detail, turn). ``correct`` is
-    then False; how evaluations count such episodes is the run's ``env_failures`` setting."""
-
-    @property
-    def done(self) -> bool:
-        return self.terminated or self.truncated
-
-    @property
-    def actions(self) -> list[str]:
-        return [turn.action for turn in self.turns]
-
-    def to_record(self) -> dict[str, Any]:
-        """A JSON-ready dict (no token arrays) for result files; ``env_error`` only when set."""
-        record = {
-            "task_id": self.task_id,
-            "sample": self.sample,
-            "budget": self.budget,
-            "category": self.category,
-            "correct": self.correct,
-            "reward": self.reward,
-            "f1": self.f1,
-            "answer": self.answer,
-            "tool_calls": self.tool_calls,
-            "terminated": self.terminated,
-            "truncated": self.truncated,
-            "actions": self.actions,
-            "generated_tokens": self.generated_tokens,
-            "messages": self.messages,
-        }
-        if self.env_error is not None:
-            record["env_error"] = self.env_error
-        return record
-
-
-@dataclass(frozen=True)
-class RolloutStats:
-    """Cost of one rollout."""
-
-    policy_calls: int
-    generated_tokens: int
-    generate_seconds: float
-    wall_seconds: float
-    episodes: int
-
-
-@dataclass(frozen=True)
-class RolloutResult:
-    episodes: list[Episode]
-    """One per (task_id, sample, budget): task-major, then sample, then budget."""
-    stats: RolloutStats
-
-
-class ChatTokens:
-    """Token ids of chat-templated prompts and of observation turns, for one tokenizer."""
-
-    def __init__(
-        self, tokenizer: Any, tools: Sequence[Mapping[str, Any]] = (), role: str = "user"
-    ) -> None:
-        """``tools``: rendered into every prompt (the tool format); ``role``: the role of the
-        messages that carry observations (``AgentInterface.observation_role``)."""
-        if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError(
-                f"Tokenizer {type(tokenizer).__name__} has no chat template; set "
-                "tokenizer.chat_template (or pass chat_template= to HFPolicy)."
-            )
-        self.tokenizer = tokenizer
-        self.tools = [dict(tool) for tool in tools] or None
-        self.role = role
-        self._suffix_cache: dict[str, list[int]] = {}
-        self._prompt_cache: dict[tuple[tuple[str, str], ...], list[int]] = {}
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def prompt_ids(self, messages: Conversation) -> list[int]:
-        """Ids of ``messages`` followed by the assistant generation prompt.
-
-        Remembered per conversation: the n samples of a task and its T = 0 branches start from
-        the same first prompt, which is rendered and tokenized once (0.4-0.7 ms a time).
-        """
-        key = tuple((m["role"], m["content"]) for m in messages)
-        cached = self._prompt_cache.get(key)
-        if cached is None:
-            text = self.tokenizer.apply_chat_template(
-                messages, tools=self.tools, tokenize=False, add_generation_prompt=True
-            )
-            cached = self.encode(text)
-            if len(self._prompt_cache) < 4096:
-                self._prompt_cache[key] = cached
-        return list(cached)
-
-    def observation_ids(self, observation: str) -> list[int]:
-        """Ids that follow an assistant turn: end of turn, the user observation, generation prompt.
-
-        Taken from the template itself by rendering a conversation whose assistant turn is a
-        sentinel, so it is right for any chat template (ChatML, Llama 3, SmolLM2 ...).
-        """
-        cached = self._suffix_cache.get(observation)
-        if cached is not None:
-            return cached
-        messages = [
-            {"role": "system", "content": "s"},
-            {"role": "user", "content": "u"},
-            {"role": "assistant", "content": _SENTINEL},
-            {"role": self.role, "content": observation},
-        ]
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=self.tools, tokenize=False, add_generation_prompt=True
-        )
-        cut = text.find(_SENTINEL)
-        if cut < 0:
-            raise ValueError("The chat template dropped the assistant message; cannot build turns.")
-        ids = self.encode(text[cut + len(_SENTINEL) :])
-        if len(self._suffix_cache) < 4096:
-            self._suffix_cache[observation] = ids
-        return ids
 
 
 @dataclass
@@ -255,38 +92,6 @@ def protocol_params(params: SamplingParams, protocol: AgentInterface) -> Samplin
     if protocol.max_turn_tokens is not None and params.max_new_tokens > protocol.max_turn_tokens:
         params = replace(params, max_new_tokens=protocol.max_turn_tokens)
     return params
-
-
-def _stream_piece(
-    chat: ChatTokens | None, protocol: AgentInterface, observation: str
-) -> tuple[str, list[int]]:
-    """The text (and ids, with a tokenizer) an observation appends to the stream, clipped to the
-    protocol's ``max_observation_tokens``."""
-    text = protocol.stream_text(observation)
-    if chat is None:
-        return text, []
-    ids = chat.encode(text)
-    limit = protocol.max_observation_tokens
-    if limit is not None and len(ids) > limit:
-        ids = ids[:limit]
-        text = chat.tokenizer.decode(ids)
-    return text, ids
-
-
-def _cut_turn(
-    chat: ChatTokens | None, ids: list[int], logprobs: list[float], text: str
-) -> tuple[list[int], list[float]]:
-    """Ids of ``text``, a prefix of what ``ids`` decode to: the longest prefix of ``ids`` whose
-    text starts ``text``, then the rest of ``text`` re-tokenized (logprob 0.0: not sampled)."""
-    if chat is None:
-        return ids, logprobs
-    decode = chat.tokenizer.decode
-    keep = len(ids)
-    while keep and not text.startswith(decode(ids[:keep])):
-        keep -= 1
-    rest = text[len(decode(ids[:keep])) :]
-    extra = chat.encode(rest) if rest else []
-    return ids[:keep] + extra, logprobs[:keep] + [0.0] * len(extra)
 
 
 def round_seed(seed: int, round_index: int) -> int:
@@ -629,7 +434,7 @@ def _fork(
     elif protocol.layout == "stream":
         # The stream's last piece is the main episode's observation: swap in the branch's.
         stream = main.messages[-1]["content"]
-        branch.stream_tail, branch.pending_ids = _stream_piece(chat, protocol, observation)
+        branch.stream_tail, branch.pending_ids = stream_piece(chat, protocol, observation)
         content = stream[: len(stream) - len(item.stream_tail)] + branch.stream_tail
         episode.messages = [*main.messages[:-1], {"role": "assistant", "content": content}]
     else:
@@ -700,7 +505,7 @@ def _record_tokens(
                 "TokenPolicy must return one logprob per sampled id."
             )
         if token_policy and text != completion.text:
-            ids, logprobs = _cut_turn(chat, ids, logprobs, text)
+            ids, logprobs = cut_turn(chat, ids, logprobs, text)
         prefix = item.pending_ids
         episode.token_ids += prefix + ids
         episode.policy_mask += [False] * len(prefix) + [True] * len(ids)
@@ -761,7 +566,7 @@ def _record_step(
         episode.correct = runner.success(info, float(reward))
         episode.f1 = float(info["f1"]) if "f1" in info else None
     elif runner.protocol.layout == "stream":
-        item.stream_tail, item.pending_ids = _stream_piece(chat, runner.protocol, observation)
+        item.stream_tail, item.pending_ids = stream_piece(chat, runner.protocol, observation)
         last = episode.messages[-1]
         episode.messages[-1] = {"role": "assistant", "content": last["content"] + item.stream_tail}
     else:
