@@ -58,3 +58,11 @@ class PolicyError(PassktError, RuntimeError):
 class EnvServerError(PassktError, ConnectionError):
     """An env server (``passkt serve``) could not be reached, or answered a request with an
     error; the message names the server's URL and what it said."""
+
+
+class EnvContractError(PassktError, ValueError):
+    """An env lacks something passkt needs; the message names it and how to add it."""
+
+
+class ReplayMismatchError(EnvContractError):
+    """Replaying an episode's actions on a fresh env gave other observations."""
