@@ -36,7 +36,7 @@ from passkt.agents.policy import Completion, Conversation, SamplingParams
 from passkt.agents.redact import redact
 from passkt.agents.vllm_policy import request_seeds
 from passkt.envs.errors import MissingDependencyError, PassktError
-from passkt.envs.tool_calls import render_tool_call, tool_calls_in
+from passkt.envs.tool_calls import render_tool_call, tool_calls_in, without_tool_calls
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def openai_messages(conversation: Conversation) -> list[dict[str, Any]]:
             continue
         call_id = f"call_{index}"
         name, arguments = call
-        content = _without_calls(text)
+        content = without_tool_calls(text)
         out.append(
             {
                 "role": "assistant",
@@ -172,11 +172,6 @@ def _first_call(text: str) -> tuple[str, Any] | None:
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return None
     return call["name"], call.get("arguments", {})
-
-
-def _without_calls(text: str) -> str:
-    """``text`` without its ``<tool_call>`` blocks, stripped."""
-    return re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.DOTALL).strip()
 
 
 def completion_from_choice(choice: Any, stops: Sequence[str]) -> Completion:

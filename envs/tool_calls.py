@@ -37,6 +37,7 @@ __all__ = [
     "render_tool_call",
     "tool_calls_in",
     "tools_protocol",
+    "without_tool_calls",
 ]
 
 STOP: tuple[str, ...] = ("</tool_call>",)
@@ -134,14 +135,15 @@ def render_tool_call(name: str, arguments: Mapping[str, Any] | str) -> str:
     return f"<tool_call>\n{payload}\n</tool_call>"
 
 
-def _scan(text: str) -> tuple[list[str], str | None]:
-    """The bodies of the complete ``<tool_call>`` blocks outside ``<think>`` blocks, in order,
-    and the tag left open where the scan stopped (``None`` if none).
+def _scan(text: str) -> tuple[list[tuple[int, int]], str | None]:
+    """The spans ``(start, end)`` of the complete ``<tool_call>...</tool_call>`` blocks outside
+    ``<think>`` blocks, in order, and the tag left open where the scan stopped (``None`` if
+    none).
 
     One left-to-right pass, like the tags' parser: a ``<think>`` block hides the calls inside
     it, and a call's body is kept verbatim, ``<think>`` text in its arguments included.
     """
-    calls: list[str] = []
+    calls: list[tuple[int, int]] = []
     position = 0
     while True:
         thinks, called = text.find("<think>", position), text.find("<tool_call>", position)
@@ -155,14 +157,25 @@ def _scan(text: str) -> tuple[list[str], str | None]:
         end = text.find(f"</{tag}>", opened)
         if end < 0:
             return calls, tag
-        if tag == "tool_call":
-            calls.append(text[opened:end].strip())
         position = end + len(tag) + 3
+        if tag == "tool_call":
+            calls.append((start, position))
 
 
 def tool_calls_in(text: str) -> list[str]:
     """The bodies of the complete ``<tool_call>`` blocks outside ``<think>`` blocks, in order."""
-    return _scan(text)[0]
+    opened, closed = len("<tool_call>"), len("</tool_call>")
+    return [text[start + opened : end - closed].strip() for start, end in _scan(text)[0]]
+
+
+def without_tool_calls(text: str) -> str:
+    """``text`` without the blocks :func:`tool_calls_in` reads (a call inside ``<think>`` is
+    thinking, and stays), stripped."""
+    kept, position = [], 0
+    for start, end in _scan(text)[0]:
+        kept.append(text[position:start])
+        position = end
+    return ("".join(kept) + text[position:]).strip()
 
 
 def no_call_error(text: str) -> str:

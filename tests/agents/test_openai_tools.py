@@ -12,6 +12,8 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("openai")
 
@@ -20,7 +22,12 @@ from passkt.agents.openai_policy import OpenAIPolicy, completion_from_choice, op
 from passkt.agents.policy import SamplingParams
 from passkt.agents.rollout import rollout
 from passkt.agents.scripted import HeuristicPolicy, OraclePolicy
-from passkt.envs.tool_calls import TOOL_SCHEMAS, parse_tool_call, render_tool_call
+from passkt.envs.tool_calls import (
+    TOOL_ARGUMENTS,
+    TOOL_SCHEMAS,
+    parse_tool_call,
+    render_tool_call,
+)
 
 SERVER = Path(__file__).with_name("openai_server.py")
 OUTCOME = ("task_id", "budget", "correct", "answer", "tool_calls", "truncated", "actions")
@@ -104,6 +111,37 @@ def test_the_conversation_goes_out_as_calls_and_tool_replies():
     assert call["function"] == {"name": "search", "arguments": json.dumps({"query": "Mira"})}
     assert sent[3]["tool_call_id"] == call["id"]
     assert sent[6]["content"] == "<tool_call>{bad json</tool_call>"
+
+
+texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
+tagged = st.lists(
+    st.one_of(texts, st.sampled_from(["<tool_call>", "</tool_call>", "<answer>", "\n"])),
+    max_size=5,
+).map("".join)
+
+
+@given(
+    name=st.sampled_from(sorted(TOOL_ARGUMENTS)),
+    value=tagged,
+    thought=tagged.map(lambda t: t.replace("<think>", "").replace("</think>", "")),
+    before=texts.map(lambda t: t.replace("<", " ")),
+)
+def test_a_turn_with_a_call_goes_out_and_comes_back_as_the_same_action(
+    name, value, thought, before
+):
+    """A turn (words, a thought that may hold call tags, then a call whose argument may hold
+    tags) goes out as content plus ``tool_calls``, and the reply built from that message parses
+    to the turn's action: the thought stays in the content, calls inside it included."""
+    think = f"<think>{thought}</think>"
+    turn = f"{before}{think}{render_tool_call(name, {TOOL_ARGUMENTS[name]: value})}"
+    (sent,) = openai_messages([{"role": "assistant", "content": turn}])
+    (call,) = sent["tool_calls"]
+    assert call["function"]["name"] == name
+    assert json.loads(call["function"]["arguments"]) == {TOOL_ARGUMENTS[name]: value}
+    assert sent["content"] == f"{before}{think}".strip()
+    back = completion_from_choice({"message": sent, "finish_reason": "tool_calls"}, ())
+    action = parse_tool_call(back.text)
+    assert (action.kind, action.content, action.error) == (name, value.strip(), None)
 
 
 @pytest.mark.parametrize(
