@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from passkt.agents.hf import HFPolicy
-from passkt.agents.lean import (
-    LeanPolicy,
+from passkt.agents.lean import LeanPolicy
+from passkt.agents.lean_cache import (
     _Pool,
     _PrefixStore,
     _runs,
