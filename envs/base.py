@@ -10,9 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import logging
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -21,7 +19,6 @@ import numpy as np
 
 from passkt.envs import search_r1, tool_calls
 from passkt.envs.contract import AgentInterface
-from passkt.envs.corpus import Corpus, open_corpus
 from passkt.envs.errors import UnknownTaskError
 from passkt.envs.protocol import (
     ANSWER_RECEIVED,
@@ -36,17 +33,17 @@ from passkt.envs.protocol import (
     render_information,
 )
 from passkt.envs.retrieval import (
-    BACKENDS,
-    Retriever,
-    build_retriever,
-    global_corpus,
     resolve_fill,
 )
 from passkt.envs.scoring import score_answer
+from passkt.envs.search import (
+    CorpusArg,
+    RetrieverArg,
+    Retrievers,
+    check_search_args,
+)
 from passkt.envs.spaces import ActionText, UnicodeText
-from passkt.envs.tasks import Category, Paragraph, Task, load_tasks
-
-logger = logging.getLogger(__name__)
+from passkt.envs.tasks import Category, Task, load_tasks
 
 __all__ = ["ACTION_MAX_LENGTH", "OBSERVATION_MAX_LENGTH", "ToolUseEnv"]
 
@@ -57,97 +54,9 @@ ACTION_MAX_LENGTH = 2**17
 _SUFFIX_RESERVE = 512
 """Room kept for the budget line or the final notice after a question or search results."""
 
-RetrieverFactory = Callable[[Sequence[Paragraph]], Retriever]
-CorpusArg = Literal["task", "global"] | str | os.PathLike | Corpus
-"""``corpus=``: ``"task"``, ``"global"``, a saved corpus folder, or a ``Corpus``."""
 ProtocolName = Literal["passkt", "search-r1", "tools"]
 """``protocol=``: passkt's chat protocol, Search-R1's exact one (``passkt.envs.search_r1``), or
 passkt's with tool calls for actions (``passkt.envs.tool_calls``)."""
-RetrieverArg = str | RetrieverFactory | Retriever | None
-"""``retriever=``: a backend name, a factory ``paragraphs -> Retriever``, a ``Retriever``, or
-``None`` (rank-bm25 for ``"task"`` and ``"global"``, a ``Corpus``'s own bm25s index)."""
-
-
-def _is_retriever_object(retriever: Any) -> bool:
-    # A class has a ``search`` attribute too: classes are factories, instances are retrievers.
-    return not isinstance(retriever, type) and isinstance(retriever, Retriever)
-
-
-class _Retrievers:
-    """Builds retrievers on first use and caches them; shared by an env and its forks."""
-
-    def __init__(
-        self,
-        backend: RetrieverArg,
-        corpus: Literal["task", "global"] | Corpus,
-        tasks: Sequence[Task],
-    ) -> None:
-        self.backend = backend
-        self.corpus = corpus
-        self.tasks = tasks
-        self.per_task: dict[str, Retriever] = {}
-        self.shared: Retriever | None = None
-        if _is_retriever_object(backend):
-            self.shared = backend  # type: ignore[assignment]
-        elif isinstance(corpus, Corpus) and backend in (None, "bm25s"):
-            self.shared = corpus
-
-    def _build(self, paragraphs: Sequence[Paragraph]) -> Retriever:
-        backend = "rank_bm25" if self.backend is None else self.backend
-        if isinstance(backend, str):
-            return build_retriever(backend, paragraphs)
-        return backend(paragraphs)  # type: ignore[operator]
-
-    def for_task(self, task: Task) -> Retriever:
-        if self.shared is not None:
-            return self.shared
-        if self.corpus != "task":
-            if isinstance(self.corpus, Corpus):
-                paragraphs: Sequence[Paragraph] = self.corpus.paragraphs
-            else:
-                paragraphs = global_corpus(self.tasks)
-            logger.debug(
-                "building a global %s index over %d paragraphs", self.backend, len(paragraphs)
-            )
-            self.shared = self._build(paragraphs)
-            return self.shared
-        retriever = self.per_task.get(task.task_id)
-        if retriever is None:
-            retriever = self.per_task[task.task_id] = self._build(task.paragraphs)
-        return retriever
-
-
-def _check_search_args(
-    name: str, corpus: Any, retriever: Any
-) -> Literal["task", "global"] | Corpus:
-    """Validate ``corpus=`` and ``retriever=``; open a corpus folder (cached per process)."""
-    if isinstance(retriever, str) and retriever not in BACKENDS:
-        close = difflib.get_close_matches(retriever, list(BACKENDS), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(
-            f"Unknown retriever {retriever!r}.{hint} Choose one of {sorted(BACKENDS)}, a "
-            "callable that builds a Retriever from a list of Paragraphs, or a Retriever object."
-        )
-    if not (retriever is None or isinstance(retriever, str) or callable(retriever)) and not (
-        _is_retriever_object(retriever)
-    ):
-        raise ValueError(
-            f"retriever must be a backend name, a callable or a Retriever, got {retriever!r}"
-        )
-    if _is_retriever_object(retriever) and not (isinstance(corpus, str) and corpus == "task"):
-        raise ValueError(
-            f"{name}: retriever={retriever!r} is a Retriever object, which searches its own "
-            f"collection; leave corpus at its default 'task' (got corpus={corpus!r})."
-        )
-    if isinstance(corpus, Corpus) or corpus in ("task", "global"):
-        return corpus
-    if isinstance(corpus, str | os.PathLike) and os.path.isdir(corpus):
-        return open_corpus(corpus)
-    raise ValueError(
-        f"corpus must be 'task' (each task's own paragraphs), 'global' (one index over every "
-        f"task's paragraphs), the folder of a saved passkt.envs.corpus.Corpus, or a Corpus; "
-        f"got {corpus!r}" + (" (no such folder)" if isinstance(corpus, str | os.PathLike) else "")
-    )
 
 
 @dataclass
@@ -282,7 +191,7 @@ class ToolUseEnv(gym.Env[str, str]):
             raise ValueError(f"reveal_budget must be True or False, got {reveal_budget!r}")
         self.reveal_budget = reveal_budget
         self.top_k = _check_int("top_k", top_k, 1)
-        search_corpus = _check_search_args(name, corpus, retriever)
+        search_corpus = check_search_args(name, corpus, retriever)
         self.search_fill = resolve_fill(name, search_fill, source, tasks, retriever)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
@@ -292,7 +201,7 @@ class ToolUseEnv(gym.Env[str, str]):
         self.render_mode = render_mode
         self.tasks: tuple[Task, ...] = self._load(source, split, path, hops, source_options, tasks)
         self._task_index = {task.task_id: i for i, task in enumerate(self.tasks)}
-        self._retrievers = _Retrievers(retriever, search_corpus, self.tasks)
+        self._retrievers = Retrievers(retriever, search_corpus, self.tasks)
         self.action_space = self._action_space(self.max_tool_calls)
         self.observation_space = UnicodeText(OBSERVATION_MAX_LENGTH)
         self._episode: _Episode | None = None

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from passkt.agents.train.config import GRPOConfig, SFTConfig, TrainConfig
+from passkt.agents.train.model_shape import model_shape
 from passkt.agents.train.plan import (
     EpisodeTokens,
     Launch,
     PlanReport,
     check_plan,
-    model_shape,
     steps_per_run,
 )
 from passkt.study.profile import METHODS, trainer_fields

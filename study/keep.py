@@ -31,8 +31,9 @@ from typing import Any
 
 from passkt.agents.folders import mark_folder
 from passkt.study.calibrate import CALIBRATION_FILE, choose, read_points
+from passkt.study.cost import read_timings
 from passkt.study.profile import PROFILE_FILE, StudyError, claim
-from passkt.study.report import read_timings, study_data
+from passkt.study.report import study_data
 from passkt.study.stages import Study, calibrator_of, read_done
 from passkt.study.summary import DATA_DIR, write_data
 from passkt.study.testbed.pretrain import STEPS_DIR, kept_step_dir

@@ -10,20 +10,15 @@ cost of every stage (``timings.jsonl``) and the profile. Everything in it was co
 from __future__ import annotations
 
 import json
-import math
-import os
 import shutil
-import statistics
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
-
-from PIL import Image
 
 from passkt.eval.estimator import surface
 from passkt.eval.evaluate import env_info
 from passkt.eval.stats import bootstrap_surface, surface_interval
 from passkt.eval.store import load_run, read_run
+from passkt.study.cost import cost_markdown, profile_markdown, read_timings
 from passkt.study.counts import (
     DATA_DIR,
     SHARED,
@@ -34,7 +29,8 @@ from passkt.study.counts import (
     write_data,
 )
 from passkt.study.facts import overlap
-from passkt.study.stages import ROLES, STAGES, Study, floor_names, read_done, run_name
+from passkt.study.report_format import compact_png, copy_figure, markdown_table, num, spread
+from passkt.study.stages import ROLES, Study, floor_names, read_done, run_name
 from passkt.study.summary import SUMMARY_FILE, make_summary
 from passkt.study.testbed.corpus import episode_tasks
 from passkt.study.testbed.pretrain import PretrainConfig
@@ -56,7 +52,7 @@ def make_report(study: Study) -> dict[str, Any]:
         parts.append(_aggregate(study, cat, rows))
     for cat in study.categories:
         parts.append(_category(study, cat, metrics, analyses))
-    parts += [_cost(study), _profile(study)]
+    parts += [cost_markdown(study.out), profile_markdown(study.out)]
     report = out / "report.md"
     report.write_text("\n".join(parts), encoding="utf-8")
     for png in (out / "figures").rglob("*.png"):
@@ -194,38 +190,6 @@ def _json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table of already formatted cells (the study report's and the sweep's)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
-
-
-def _num(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
-
-
-def _spread(values: list[float | None], digits: int = 3, signs: bool = False) -> str:
-    """``mean ± sd [min, max]`` over seeds (the value itself for one seed).
-
-    ``digits=0`` marks counts: a single value is printed as an integer, a mean with one digit.
-    """
-    values = [v for v in values if v is not None and not math.isnan(v)]
-    if not values:
-        return "-"
-    if len(values) == 1:
-        text = _num(values[0], digits)
-    elif digits == 0:
-        mean, sd = statistics.fmean(values), statistics.stdev(values)
-        text = f"{mean:.1f} ± {sd:.1f} [{min(values):g}, {max(values):g}]"
-    else:
-        mean, sd = statistics.fmean(values), statistics.stdev(values)
-        text = f"{mean:.{digits}f} ± {sd:.{digits}f} [{min(values):.{digits}f}, "
-        text += f"{max(values):.{digits}f}]"
-    if signs:
-        text += f" ({sum(v > 0 for v in values)}/{len(values)} > 0)"
-    return text
-
-
 # ---------------------------------------------------------------------- overview
 
 
@@ -275,7 +239,7 @@ def _overview(study: Study) -> str:
         pre = p["base"]["pretrain"]
         loss = base.get("metrics", {}).get("eval/loss/assistant")
         what = f"testbed `{pre.get('size', 'nano')}` model pretrained for {base.get('steps')} steps"
-        what += f" (held-out NLL of the agent's tokens {_num(loss)})" if loss is not None else ""
+        what += f" (held-out NLL of the agent's tokens {num(loss)})" if loss is not None else ""
     else:
         what = f"`{p['base']['model']}`" + checkpoint_of(Path(p["base"]["model"]))
     lines = [
@@ -421,7 +385,7 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
         trained = values(role)
         pairs = zip(trained, base, strict=True)
         gaps = [None if t is None or b is None else t - b for t, b in pairs]
-        return _spread(gaps, digits, signs=True)
+        return spread(gaps, digits, signs=True)
 
     trained = study.trained_roles()  # SFT, RL (and RFT, the on-policy control)
     roles = ("base", *trained)
@@ -434,23 +398,23 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
         ("boundary size", "boundary", 0),
     ):
         table.append(
-            [label, *(_spread(runs(r, key), digits) for r in roles)]
+            [label, *(spread(runs(r, key), digits) for r in roles)]
             + [diff(r, lambda role, key=key: runs(role, key), digits) for r in trained]
         )
     venn = [m["venn"] for m, _ in rows]
     table.append(
         ["only this run solves (3-way)"]
-        + [_spread([v.get(f"{r} only") for v in venn], 0) for r in roles]
+        + [spread([v.get(f"{r} only") for v in venn], 0) for r in roles]
         + blank
     )
     table.append(
         ["solves, base does not (pairwise)", "-"]
-        + [_spread(pair(r, "only_trained"), 0) for r in trained]
+        + [spread(pair(r, "only_trained"), 0) for r in trained]
         + blank
     )
     table.append(
         ["base solves, it does not (pairwise)", "-"]
-        + [_spread(pair(r, "only_base"), 0) for r in trained]
+        + [spread(pair(r, "only_base"), 0) for r in trained]
         + blank
     )
 
@@ -483,12 +447,12 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
             if not all(values):
                 continue  # eval_floor: only when other pretraining seeds are in the floor
             text = (
-                f"|gap@1| {_spread([f['max_abs_gap@1'] for f in values])}, "
-                f"|gap@n| {_spread([f['max_abs_gap@n'] for f in values])}, "
-                f"swaps {_spread([f['max_swap'] for f in values], 0)}"
+                f"|gap@1| {spread([f['max_abs_gap@1'] for f in values])}, "
+                f"|gap@n| {spread([f['max_abs_gap@n'] for f in values])}, "
+                f"swaps {spread([f['max_swap'] for f in values], 0)}"
             )
             if all("max_abs_widening" in f for f in values):
-                text += f", |widening| {_spread([f['max_abs_widening'] for f in values])}"
+                text += f", |widening| {spread([f['max_abs_widening'] for f in values])}"
             table.append([label, *["-"] * len(roles), *[text] * len(trained)])
         for key, label in (
             ("gap@1", "pass@1 difference beyond the floor"),
@@ -506,14 +470,14 @@ def _aggregate(study: Study, cat: str, rows: list[tuple[dict, dict]]) -> str:
     for r in trained:
         ks = pair(r, "crossover_k")
         found = [k for k in ks if k is not None]
-        crossings.append(f"{_spread(found, 1)} ({len(found)}/{len(ks)} seeds cross)")
+        crossings.append(f"{spread(found, 1)} ({len(found)}/{len(ks)} seeds cross)")
     table.append([f"crossover k vs base (T = {t_max})", "-", *crossings, *blank])
     if any(diversity("base")):
         table.append(
-            ["unique query sequences", *(_spread(diversity(r), 2) for r in roles)]
+            ["unique query sequences", *(spread(diversity(r), 2) for r in roles)]
             + [diff(r, diversity, 2) for r in trained]
         )
-        table.append(["Jaccard with base", "-", *(_spread(jaccard(r)) for r in trained), *blank])
+        table.append(["Jaccard with base", "-", *(spread(jaccard(r)) for r in trained), *blank])
     text = f"### {cat}: {study.env(cat)[0]} (T_max = {t_max}, n = {n})\n\n" + markdown_table(
         header, table
     )
@@ -531,7 +495,7 @@ def _perplexity_aggregate(study: Study, rows: list[tuple[dict, dict]]) -> str:
             for _, a in rows:
                 entry = a["perplexity"].get(role, {})
                 values.append(entry.get("segments", {}).get(segment, {}).get("perplexity"))
-            cells.append(_spread(values, 2))
+            cells.append(spread(values, 2))
         table.append([segment, *cells])
     if all(c == "-" for row in table for c in row[1:]):
         return "\nSegment perplexity: no successful trajectories to score.\n"
@@ -613,10 +577,10 @@ def _seed_section(study: Study, cat: str, seed: int, metrics: dict, analysis: di
     roles = ("base", *study.trained_roles())
     report = study.report_dir
     for png in sorted(folder.glob("*.png")):
-        links[png.stem] = _copy_figure(png, figures / png.name, report)
+        links[png.stem] = copy_figure(png, figures / png.name, report)
     for role in roles:
         heatmap = folder / f"surface_{role}" / "heatmap.png"
-        links[f"heatmap_{role}"] = _copy_figure(heatmap, figures / f"heatmap_{role}.png", report)
+        links[f"heatmap_{role}"] = copy_figure(heatmap, figures / f"heatmap_{role}.png", report)
     text = [f"### {cat}, seed {seed}\n"]
     text.append(" ".join(f"![{role} surface]({links[f'heatmap_{role}']})" for role in roles))
     text.append("\n" + " ".join(f"![{stem}]({link})" for stem, link in links.items()
@@ -629,97 +593,3 @@ def _seed_section(study: Study, cat: str, seed: int, metrics: dict, analysis: di
         if (analysis_dir / name).is_file():
             text.append((analysis_dir / name).read_text(encoding="utf-8"))
     return "\n".join(text) + "\n"
-
-
-REPORT_WIDTH = 1400
-"""Widest figure in ``report/figures`` (pixels): the full-size ones stay in ``compare/``."""
-
-
-def compact_png(path: Path, width: int = REPORT_WIDTH) -> None:
-    """Shrink a figure in place to at most ``width`` pixels wide, with a 256-colour palette,
-    so a report folder (75 figures for three categories and seeds) stays small enough to commit.
-    """
-
-    with Image.open(path) as image:
-        image.load()
-    if image.width > width:
-        height = max(1, round(image.height * width / image.width))
-        image = image.resize((width, height), Image.Resampling.LANCZOS)
-    image = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
-    image.save(path, optimize=True)
-
-
-def _copy_figure(source: Path, target: Path, report_dir: Path) -> str:
-    """Copy a figure into ``report/figures``; return its link relative to ``report.md``."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, target)
-    return target.relative_to(report_dir).as_posix()
-
-
-# ---------------------------------------------------------------------- cost and profile
-
-
-def read_timings(out: Path) -> list[dict[str, Any]]:
-    path = out / "timings.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _cost(study: Study) -> str:
-    lines = read_timings(study.out)
-    units: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    stages: dict[str, float] = defaultdict(float)
-    for line in lines:
-        if line["status"] == "stage":
-            stages[line["stage"]] += line["seconds"]
-        else:
-            units[line["stage"], line["unit"]].append(line)
-    by_stage: dict[str, list] = defaultdict(list)
-    for (stage, unit), attempts in units.items():
-        by_stage[stage].append((unit, attempts))
-    rows = []
-    for stage in sorted(by_stage, key=stage_order):
-        unit_seconds = sum(a["seconds"] for _, attempts in by_stage[stage] for a in attempts)
-        wall = stages.get(stage)
-        rows.append(
-            [stage, str(len(by_stage[stage])), f"{unit_seconds:.1f}",
-             "-" if wall is None else f"{wall:.1f}"]
-        )  # fmt: skip
-    total = sum(stages.values())
-    rows.append(["**total**", "", "", f"{total:.1f} ({total / 60:.1f} min)"])
-    detail = []
-    for stage in sorted(by_stage, key=stage_order):
-        for unit, attempts in by_stage[stage]:
-            seconds = sum(a["seconds"] for a in attempts)
-            failed = sum(a["status"] == "failed" for a in attempts)
-            threads = attempts[-1].get("threads")
-            detail.append(
-                [stage, unit, f"{seconds:.1f}", str(len(attempts)), str(failed),
-                 "-" if threads is None else str(threads)]
-            )  # fmt: skip
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (
-        "## Cost\n\nWall time of every unit (all attempts, including interrupted ones) from "
-        f"`timings.jsonl`; this machine has {cores} cores. Stage wall time is the time the stage "
-        "took with its units run in parallel (`--jobs`), summed over calls; this report's own "
-        "time is recorded after it is written.\n\n"
-        + markdown_table(["stage", "units", "unit seconds", "stage wall seconds"], rows)
-        + "\n"
-        + markdown_table(["stage", "unit", "seconds", "attempts", "failed", "threads"], detail)
-    )
-
-
-def stage_order(stage: str) -> int:
-    """A stage's place in the pipeline (unknown stages last): the order of cost tables."""
-
-    return STAGES.index(stage) if stage in STAGES else len(STAGES)
-
-
-def _profile(study: Study) -> str:
-    stored = _json(study.out / "profile.json")
-    return (
-        f"## Profile\n\nFrom `{stored['source']}` (stored in `profile.json`):\n\n```json\n"
-        + json.dumps(stored["profile"], indent=2)
-        + "\n```\n"
-    )

@@ -39,8 +39,10 @@ from typing import Any
 from passkt.eval.seeds import MIN_SEEDS
 from passkt.study import pipeline
 from passkt.study.claim import Verdict, verdicts
+from passkt.study.cost import read_timings, stage_order
 from passkt.study.profile import StudyError
-from passkt.study.report import markdown_table, read_timings, stage_order, study_data
+from passkt.study.report import study_data
+from passkt.study.report_format import markdown_table
 from passkt.study.summary import DATA_DIR, DataError, StudyData, read_data
 
 TRAINED = ("SFT", "RL", "RFT")

@@ -98,7 +98,7 @@ def leaf_parsers() -> dict[str, argparse.ArgumentParser]:
     import passkt.cli  # noqa: F401  (registers study and testbed)
 
     leaves: dict[str, argparse.ArgumentParser] = {}
-    for name in ("eval", "report", "compare", *cli._PLUGINS):
+    for name in ("eval", "report", *cli._PLUGINS):
         top = _subparsers(cli.build_parser(plugin=name if name in cli._PLUGINS else None))[name]
         verbs = _subparsers(top)
         for verb, parser in verbs.items() if verbs else [("", top)]:

@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 
 from passkt.agents.train.config import GRPOConfig, SFTConfig
+from passkt.agents.train.model_shape import KNOWN_MODELS, model_shape
 from passkt.agents.train.plan import (
-    KNOWN_MODELS,
     EpisodeTokens,
     Launch,
     PlanError,
     check_plan,
     memory,
-    model_shape,
     steps_per_run,
 )
 from passkt.cli import main
