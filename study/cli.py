@@ -65,7 +65,8 @@ def add_parser(subparsers: Any) -> None:
         "export",
         help="keep what a piece of a study made: counts of finished evaluations and the state",
         description="Write the counts of every finished evaluation into DIR/data (merged with "
-        "earlier pieces) and the profile, splits and finished base models into DIR/state, so a "
+        "earlier pieces) and the profile, splits, finished base models and the trained models "
+        "whose evaluations are unfinished into DIR/state, so a "
         "study run in pieces survives a fresh checkout (commit DIR).",
     )
     keep.add_argument("out", metavar="OUT", type=Path, help="the study folder")
@@ -148,8 +149,10 @@ def _export(args: argparse.Namespace) -> int:
         done = keep.export(study, args.to)
         runs = sum(len(names) for names in done["evaluations"].values())
         bases = ", ".join(done["bases"]) or "(none)"
+        trained = ", ".join(done["trained"])
+        trained = f", trained models {trained} (their evaluations unfinished)" if trained else ""
         print(
-            f"kept {runs} evaluation(s) in {args.to / 'data'}, bases {bases} in "
+            f"kept {runs} evaluation(s) in {args.to / 'data'}, bases {bases}{trained} in "
             f"{args.to / keep.STATE_DIR} and {len(done['analyses'])} analysis table(s) in "
             f"{args.to / keep.ANALYSIS_DIR}"
         )

@@ -11,7 +11,9 @@ writes into ``results/powered``:
 - ``data/``: the compact counts of every finished evaluation (one file each, merged with the
   pieces exported before) and the study's timing lines: what ``summary.md`` is made from;
 - ``state/``: the stored profile, the splits and every finished base model (a few MB each), or
-  an unfinished pretraining's last checkpoint: what the next piece needs to start from;
+  an unfinished pretraining's last checkpoint: what the next piece needs to start from; and a
+  finished training whose evaluation has not finished (its model, without the optimizer state),
+  dropped again once that evaluation's counts are in ``data/``;
 - ``analysis/<cat>-s<seed>/``: each finished analyze unit's tables (strategy diversity, segment
   perplexity; ``analysis.json`` and its Markdown), kilobytes: the analyses need the transcripts,
   which are not kept, so a fresh checkout could not remake them.
@@ -34,7 +36,7 @@ from passkt.study.calibrate import CALIBRATION_FILE, choose, read_points
 from passkt.study.cost import read_timings
 from passkt.study.profile import PROFILE_FILE, StudyError, claim
 from passkt.study.report import study_data
-from passkt.study.stages import Study, calibrator_of, read_done
+from passkt.study.stages import ROLES, Study, calibrator_of, read_done
 from passkt.study.summary import DATA_DIR, write_data
 from passkt.study.testbed.pretrain import STEPS_DIR, kept_step_dir
 
@@ -87,6 +89,7 @@ def export(study: Study, to: Path) -> dict[str, Any]:
             _copy_file(folder / CALIBRATION_FILE, state / folder.name / CALIBRATION_FILE)
         _copy_file(folder / "done.json", state / folder.name / "done.json")
         kept.append(folder.name)
+    trained = _keep_trainings(study, state)
     analyses = []
     for cat in study.categories:
         for seed in study.seeds:
@@ -98,7 +101,41 @@ def export(study: Study, to: Path) -> dict[str, Any]:
                     _copy_file(folder / name, to / ANALYSIS_DIR / f"{cat}-s{seed}" / name)
             analyses.append(f"{cat}-s{seed}")
     runs = {cat: [r.name for r in spec["runs"]] for cat, spec in data.categories.items()}
-    return {"evaluations": runs, "bases": kept, "analyses": analyses}
+    return {"evaluations": runs, "bases": kept, "trained": trained, "analyses": analyses}
+
+
+TRAINER_STATE = ("optimizer_state", "rng_state")
+"""Files of a trainer's checkpoint that only resume its training: a finished one leaves them."""
+
+
+def _keep_trainings(study: Study, state: Path) -> list[str]:
+    """Keep each finished training whose evaluation is unfinished, so the next piece evaluates it
+    without training it again; drop a kept one whose evaluation has finished. Returns the units
+    kept (``grpo/C/s5``)."""
+    kept = []
+    for method in study.methods():
+        for cat in study.categories:
+            for seed in study.seeds:
+                folder = study.train_dir(method, cat, seed)
+                target = state / study.relative(folder)
+                if (study.eval_dir(cat, ROLES[method].lower(), seed) / "done.json").is_file():
+                    shutil.rmtree(target, ignore_errors=True)  # its counts are in data/ now
+                    continue
+                if not (folder / "done.json").is_file():
+                    continue
+                done = read_done(folder, "train")
+                model = study.out / done["model"] if done.get("in_study") else None
+                if model is not None and model.resolve().is_relative_to(folder.resolve()):
+                    for path in sorted(p for p in model.iterdir() if p.is_file()):
+                        if not path.name.startswith(TRAINER_STATE) and not path.name.endswith(
+                            ".tmp"
+                        ):
+                            _copy_file(path, target / model.relative_to(folder) / path.name)
+                for name in ("config.json", "done.json"):  # done.json last: it marks it whole
+                    if (folder / name).is_file():
+                        _copy_file(folder / name, target / name)
+                kept.append(f"{method}/{cat}/s{seed}")
+    return kept
 
 
 def _candidate_steps(study: Study, pretrain_seed: int | None) -> list[int]:

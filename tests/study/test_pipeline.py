@@ -194,6 +194,44 @@ def test_lost_work_is_redone_without_duplicates(finished):
 
 
 @pytest.mark.slow
+def test_a_trained_model_is_kept_until_its_evaluation_is(finished, tmp_path):
+    """A piece that ends between a training and its evaluation: the export keeps the trained
+    model (not its optimizer state), a fresh checkout evaluates it without training again and
+    gets the same counts, and the next export drops the model, its counts now in data/."""
+    import subprocess
+
+    out, kept, again = tmp_path / "study", tmp_path / "kept", tmp_path / "again"
+    shutil.copytree(finished[0], out)
+    counts = load_run_counts(out / "eval/C/rl-seed0")
+    shutil.rmtree(out / "eval/C/rl-seed0")
+    passkt = [sys.executable, "-m", "passkt", "study"]
+    done = subprocess.run([*passkt, "export", str(out), "--to", str(kept)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "trained models grpo/C/s0 (their evaluations unfinished)" in done.stdout
+    assert [p.parent.relative_to(kept) for p in kept.rglob("train/**/done.json")] == [
+        Path("state/train/grpo/C/seed0")
+    ]
+    model = json.loads((out / "train/grpo/C/seed0/done.json").read_text())["model"]
+    weights = (kept / "state" / model / "model.safetensors").read_bytes()
+    assert weights == (out / model / "model.safetensors").read_bytes()
+    assert {p.name for p in (out / model).iterdir()} - {
+        p.name for p in (kept / "state" / model).iterdir()
+    } == {p.name for p in (out / model).iterdir() if p.name.startswith(("optimizer", "rng"))}
+    subprocess.run([*passkt, "restore", str(kept), "--out", str(again)], check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    outcome = study.run(["eval-trained", "--out", str(again), "--only", "C/rl-s0"])
+    assert outcome.ran["eval-trained"] == ["C/rl-s0"]
+    assert load_run_counts(again / "eval/C/rl-seed0") == counts
+    done = subprocess.run([*passkt, "export", str(again), "--to", str(kept)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "trained models" not in done.stdout
+    assert not list(kept.rglob("train/**/*.safetensors"))
+    assert (kept / "data/runs/C-RL-s0.json").is_file()
+
+
+@pytest.mark.slow
 def test_pretraining_seeds_of_the_base_join_the_noise_floor(finished, tmp_path):
     """``eval.floor_pretrain_seeds`` added to a finished study: the base recipe is pretrained
     again with seed 1 and evaluated twice; nothing trained is redone, the comparisons and the
