@@ -364,12 +364,14 @@ def claim_sentence(
     if others:
         words = "; ".join(f"{v.kind} − base {_interval(v.test)}, {v.word}" for v in others)
         gains = [v.kind for v in others if v.word == "gain"]
-        specific = (
-            f"so a boundary gain on bridge is not specific to RL ({' and '.join(gains)} gain too)"
-            if word == "gain" and gains
-            else "for comparison"
-        )
-        context = f" The other recipes on bridge at the same cell: {words}; {specific}."
+        if word == "gain" and gains:
+            specific = f"not specific to RL ({' and '.join(gains)} gain too)"
+            context = (
+                f" The other recipes on bridge at the same cell: {words}; so a boundary gain on "
+                f"bridge is {specific}."
+            )
+        else:
+            context = f" The other recipes on bridge at the same cell, for comparison: {words}."
     return f"{claim} {status} ({'; '.join(numbers)})." + context
 
 

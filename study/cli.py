@@ -64,10 +64,10 @@ def add_parser(subparsers: Any) -> None:
     keep = verbs.add_parser(
         "export",
         help="keep what a piece of a study made: counts of finished evaluations and the state",
-        description="Write the counts of every finished evaluation into DIR/data (merged with "
+        description="Write the counts of every finished evaluation into TO/data (merged with "
         "earlier pieces) and the profile, splits, finished base models and the trained models "
-        "whose evaluations are unfinished into DIR/state, so a "
-        "study run in pieces survives a fresh checkout (commit DIR).",
+        "whose evaluations are unfinished into TO/state, so a study run in pieces survives a "
+        "fresh checkout (commit TO).",
     )
     keep.add_argument("out", metavar="OUT", type=Path, help="the study folder")
     keep.add_argument("--to", required=True, type=Path, help="the kept copy, e.g. results/NAME")

@@ -414,7 +414,9 @@ def test_the_claim_sentence_says_whether_other_recipes_widen_bridge_too():
     assert "is supported" in sentence and "not specific to RL (SFT gain too)" in sentence
     only = _data({"A": {"RL": 0.0}, "C": {"RL": 2.5, "SFT": 0.0}}, problems=400, n=8)
     sentence = claim_sentence(only, verdicts(only))
-    assert "SFT − base" in sentence and ", inconclusive; for comparison." in sentence
+    assert "same cell, for comparison: SFT − base" in sentence and sentence.endswith(
+        ", inconclusive."
+    )
     assert "RL − SFT on bridge +" in sentence
 
 
