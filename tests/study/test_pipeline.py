@@ -200,6 +200,8 @@ def test_a_trained_model_is_kept_until_its_evaluation_is(finished, tmp_path):
     gets the same counts, and the next export drops the model, its counts now in data/."""
     import subprocess
 
+    from passkt.study import keep
+
     out, kept, again = tmp_path / "study", tmp_path / "kept", tmp_path / "again"
     shutil.copytree(finished[0], out)
     counts = load_run_counts(out / "eval/C/rl-seed0")
@@ -218,15 +220,11 @@ def test_a_trained_model_is_kept_until_its_evaluation_is(finished, tmp_path):
     assert {p.name for p in (out / model).iterdir()} - {
         p.name for p in (kept / "state" / model).iterdir()
     } == {p.name for p in (out / model).iterdir() if p.name.startswith(("optimizer", "rng"))}
-    subprocess.run([*passkt, "restore", str(kept), "--out", str(again)], check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
+    keep.restore(kept, again)
     outcome = study.run(["eval-trained", "--out", str(again), "--only", "C/rl-s0"])
     assert outcome.ran["eval-trained"] == ["C/rl-s0"]
     assert load_run_counts(again / "eval/C/rl-seed0") == counts
-    done = subprocess.run([*passkt, "export", str(again), "--to", str(kept)],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "trained models" not in done.stdout
+    assert keep.export(study.study_at(again), kept)["trained"] == []
     assert not list(kept.rglob("train/**/*.safetensors"))
     assert (kept / "data/runs/C-RL-s0.json").is_file()
 
