@@ -4,7 +4,9 @@ Every sentence that calls something a gain, a loss, equivalent or inconclusive i
 from the :func:`passkt.eval.seeds.seed_level_counts` test printed beside it; ``summary.md``
 (:mod:`passkt.study.summary`) lays them out with the tables they come from. The claim — RL widens
 the boundary on bridge but not on math — is decided by :func:`claim_sentence` from
-:func:`claim_tests`; every trained − base test of :func:`verdicts` is secondary, Holm-adjusted.
+:func:`claim_tests`; of the trained − base tests of :func:`verdicts`, RL's boundary on bridge and
+on math are the claim's own (primary, read at the level as they are), every other is secondary,
+Holm-adjusted over the secondary ones.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class Verdict:
     """The pre-registered equivalence margin (``StudyData.margin``)."""
     holm_p: float | None = None
     """The Holm-adjusted p-value over the summary's secondary tests (set by :func:`verdicts`)."""
+    primary: bool = False
+    """One of the claim's own tests (RL's boundary on bridge or math): not Holm-adjusted."""
 
     @property
     def word(self) -> str:
@@ -73,7 +77,9 @@ class Verdict:
                 f"{MIN_SEEDS} bases the recipe is not replicated, so this is no verdict."
             )
         secondary = (
-            ""
+            "; the claim's own test, primary, so not Holm-adjusted"
+            if self.primary
+            else ""
             if self.holm_p is None
             else f"; secondary, Holm-adjusted over the summary's secondary tests p = "
             f"{self.holm_p:.2g}"
@@ -138,17 +144,20 @@ def seed_test(
 def verdicts(data: StudyData) -> list[Verdict]:
     """Every trained kind against its base at pass@1 and pass@(n, T_max), per category.
 
-    These are the summary's secondary tests (the primary one is the claim's, see
-    :func:`claim_sentence`): each carries its Holm-adjusted p-value over all of them."""
+    RL's boundary tests on bridge (C) and math (A) are the claim's own (:func:`claim_tests`),
+    marked primary when the study has both; every other is a secondary test and carries its
+    Holm-adjusted p-value over the secondary ones."""
     out = []
+    claimed = claim_tests(data) is not None
     for cat, spec in data.categories.items():
         t_max, n = max(spec["budgets"]), min(r.n for r in spec["runs"])
         for kind in trained_kinds(spec):
             for k, metric in ((1, f"pass@(1, {t_max})"), (None, f"pass@({n}, {t_max})")):
                 test = seed_test(spec, kind, k, t_max, data.level)
                 if test is not None:
-                    out.append(Verdict(cat, kind, metric, test, data.margin))
-    tested = [i for i, v in enumerate(out) if v.test.replicated]
+                    primary = claimed and kind == "RL" and k is None and cat in ("A", "C")
+                    out.append(Verdict(cat, kind, metric, test, data.margin, primary=primary))
+    tested = [i for i, v in enumerate(out) if v.test.replicated and not v.primary]
     if len(tested) > 1:
         adjusted = holm(np.array([out[i].test.p_value for i in tested]))
         for i, p in zip(tested, adjusted, strict=True):

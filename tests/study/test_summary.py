@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from passkt.study.claim import claim_sentence, reference_sentence, verdicts
+from passkt.study.claim import claim_sentence, claim_tests, reference_sentence, verdicts
 from passkt.study.counts import (
     SHARED,
     DataError,
@@ -465,3 +465,35 @@ def test_the_three_way_table_reads_boundary_and_reliability_apart(move, words):
     rows = [line for line in section.splitlines() if line.startswith("| RL − base |")]
     assert len(rows) == len(BUDGETS) and all(row.endswith(f"| {words} |") for row in rows)
     assert "| boundary pass@(16, T) | pass@(1, T) | pass^8(T) | reading |" in section
+
+
+@pytest.mark.parametrize("draw", range(6))
+def test_the_claims_own_cells_are_primary_and_the_rest_share_one_holm_family(draw):
+    """RL's boundary on bridge and on math are the claim's tests: read at the level as they are
+    (the list says the same as the claim), and left out of the Holm family of the others."""
+    from passkt.eval.intervals import holm
+
+    rng = np.random.default_rng(draw)
+    effects = {
+        cat: {kind: float(rng.normal(0.0, 1.0)) for kind in ("SFT", "RL", "RFT")}
+        for cat in ("A", "C")
+    }
+    data = _data(effects, seeds=int(rng.integers(3, 6)), problems=120, n=8, seed=draw, margin=0.04)
+    found = verdicts(data)
+    primary = [v for v in found if v.primary]
+    assert {(v.cat, v.kind, v.metric.startswith("pass@(8,")) for v in primary} == {
+        ("A", "RL", True),
+        ("C", "RL", True),
+    }
+    for v in primary:
+        assert v.holm_p is None and v.word == v.test.verdict(0.04)
+        assert "the claim's own test, primary" in v.sentence("env")
+    secondary = [v for v in found if not v.primary]
+    adjusted = holm(np.array([v.test.p_value for v in secondary]))
+    assert [v.holm_p for v in secondary] == pytest.approx(adjusted.tolist())
+    claim = claim_tests(data)
+    for v in primary:  # the list's line and the claim read one test
+        t = claim[v.cat]
+        assert (v.test.estimate, v.test.lower, v.test.upper) == pytest.approx(
+            (t.estimate, t.lower, t.upper)
+        )
