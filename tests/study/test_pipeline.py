@@ -274,26 +274,7 @@ def test_pretraining_seeds_of_the_base_join_the_noise_floor(finished, tmp_path):
     assert all(units == [] for units in again.values())
 
 
-# ---------------------------------------------------------------------- bad input
-
-
-def test_unknown_stage_profile_category_and_key(tmp_path, capsys):
-    out = str(tmp_path / "s")
-    with pytest.raises(SystemExit):
-        study.run(["evaluate", "--out", out, "--profile", "tiny"])
-    assert "invalid choice: 'evaluate'" in capsys.readouterr().err
-    with pytest.raises(StudyError, match=r"Unknown profile 'tiy'\. Did you mean 'tiny'"):
-        study.run(["splits", "--out", out, "--profile", "tiy"])
-    with pytest.raises(StudyError, match=r"\['D'\] not among the profile's categories"):
-        study.run(["splits", "--out", out, "--profile", "tiny", "--categories", "A,D"])
-    with pytest.raises(StudyError, match=r"unknown key 'nn'.*did you mean 'n'"):
-        study.run(["splits", "--out", out, "--profile", "tiny", "--set", "eval.nn=3"])
-    with pytest.raises(StudyError, match="seed are set by the pipeline"):
-        study.run(["splits", "--out", out, "--profile", "tiny", "--set", "grpo.seed=3"])
-    with pytest.raises(StudyError, match=r"grpo.*group_size must be >= 2"):
-        study.run(["splits", "--out", out, "--profile", "tiny", "--set", "grpo.group_size=1"])
-    with pytest.raises(StudyError, match="holds no study yet"):
-        study.run(["splits", "--out", out])
+# ---------------------------------------------------------------------- profiles, folders, settings
 
 
 def test_profile_imports_register_a_third_party_env(tmp_path, monkeypatch):
