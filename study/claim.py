@@ -290,6 +290,9 @@ def claim_sentence(
     - *inconclusive, because ...*: anything else, with the reasons the data give (an interval
       that includes 0, no pre-registered margin, the between-base spread, a base with no room,
       fewer than ``MIN_SEEDS`` bases so far — each with the number of bases that would decide).
+
+    Every form carries what the noise allows on bridge (the between-base share of the standard
+    error, a base without room, the realistic power), so a quoted verdict keeps its caveat.
     """
     tests = claim_tests(data)
     if tests is None:
@@ -299,6 +302,7 @@ def claim_sentence(
     margin = data.margin
     replicated = rl_c.replicated and rl_a.replicated
     word = rl_c.verdict(margin) if replicated else "unreplicated"
+    noise = _noise_reasons(data, rl_c, realistic)
     inter = tests.get("C - A")
     inter_word = inter.verdict() if inter is not None else "inconclusive"
     if word == "gain" and inter_word == "gain":
@@ -334,7 +338,7 @@ def claim_sentence(
                     else f"reaches past the pre-registered ±{margin:g}"
                 )
             )
-        reasons += _noise_reasons(data, rl_c, realistic)
+        reasons += noise
         status = "is inconclusive, because " + "; ".join(reasons)
     both = min(rl_c.seeds, rl_a.seeds)
     if replicated and interim(data, both):
@@ -349,10 +353,12 @@ def claim_sentence(
             status = (
                 early
                 + f"the rule would call it {verdict[3:]}, as {why}; "
-                + "; ".join(_noise_reasons(data, rl_c, realistic))
+                + "; ".join(noise)
             )
         else:
             status = early + status.replace("is inconclusive, because ", "it is inconclusive too: ")
+    elif status.startswith(("is supported", "is contradicted")) and noise:
+        status += "; what the noise allows: " + "; ".join(noise)
     numbers = [f"bridge {_interval(rl_c)}", f"math {_interval(rl_a)}"]
     if inter is not None:
         numbers.append(f"bridge − math {_interval(inter)} ({inter_word})")

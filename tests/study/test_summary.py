@@ -143,7 +143,7 @@ def test_a_shared_base_pairs_with_every_training_seed():
     ],
 )
 def test_the_claim_sentence_is_one_of_three_verdicts(effects, margin, words):
-    from passkt.study.claim import claim_tests
+    from passkt.study.claim import claim_tests, realistic_power
 
     data = _data(effects, problems=400, n=8, margin=margin)
     sentence = claim_sentence(data, verdicts(data))
@@ -153,6 +153,9 @@ def test_the_claim_sentence_is_one_of_three_verdicts(effects, margin, words):
         tests["C"].verdict(margin) == "gain" and tests["C - A"].verdict() == "gain"
     )
     assert ("is contradicted" in sentence) == (tests["C"].verdict(margin) in ("equivalent", "loss"))
+    # every form keeps its caveat: the realistic power from the replicates' spread
+    realistic = realistic_power(data, "C", data.categories["C"])
+    assert f"realistic power for a +0.04 change is {realistic.gain:.2f}" in sentence, sentence
     inter = tests["C - A"]
     assert (
         f"bridge − math {inter.estimate:+.3f} [{inter.lower:+.3f}, {inter.upper:+.3f}]" in sentence
