@@ -350,11 +350,7 @@ def claim_sentence(
         )
         verdict, _, why = status.partition(": ")
         if verdict in ("is supported", "is contradicted"):
-            status = (
-                early
-                + f"the rule would call it {verdict[3:]}, as {why}; "
-                + "; ".join(noise)
-            )
+            status = early + f"the rule would call it {verdict[3:]}, as {why}; " + "; ".join(noise)
         else:
             status = early + status.replace("is inconclusive, because ", "it is inconclusive too: ")
     elif status.startswith(("is supported", "is contradicted")) and noise:
