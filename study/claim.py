@@ -148,7 +148,7 @@ def verdicts(data: StudyData) -> list[Verdict]:
     marked primary when the study has both; every other is a secondary test and carries its
     Holm-adjusted p-value over the secondary ones."""
     out = []
-    claimed = claim_tests(data) is not None
+    claimed = _rl_pairs(data) is not None
     for cat, spec in data.categories.items():
         t_max, n = max(spec["budgets"]), min(r.n for r in spec["runs"])
         for kind in trained_kinds(spec):
@@ -191,18 +191,25 @@ def _interval(t: SeedTest) -> str:
     return f"{t.estimate:+.3f} [{t.lower:+.3f}, {t.upper:+.3f}]"
 
 
+def _rl_pairs(data: StudyData) -> tuple[dict, dict] | None:
+    """RL's paired runs per seed on bridge (C) and math (A); ``None`` without RL on both."""
+    cats = data.categories
+    if "C" not in cats or "A" not in cats:
+        return None
+    rl_c, rl_a = seed_pairs(cats["C"], "RL"), seed_pairs(cats["A"], "RL")
+    return (rl_c, rl_a) if rl_c and rl_a else None
+
+
 def claim_tests(data: StudyData) -> dict[str, SeedTest] | None:
     """The claim's tests at the boundary pass@(n, T_max): RL − base on bridge (C) and on math
     (A); the interaction, RL's change on bridge minus its change on math over the bases that
     have both; and RL − SFT on bridge. ``None`` when the study lacks RL on C or A."""
-    cats = data.categories
-    if "C" not in cats or "A" not in cats:
+    pairs = _rl_pairs(data)
+    if pairs is None:
         return None
+    cats, (rl_c, rl_a) = data.categories, pairs
     n_c = min(r.n for r in cats["C"]["runs"])
     n_a = min(r.n for r in cats["A"]["runs"])
-    rl_c, rl_a = seed_pairs(cats["C"], "RL"), seed_pairs(cats["A"], "RL")
-    if not rl_c or not rl_a:
-        return None
     seeds = sorted(set(rl_c) & set(rl_a))
     tests = {
         "C": seed_level_counts(list(rl_c.values()), k=n_c, budget=0, level=data.level),
